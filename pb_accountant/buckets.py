@@ -1,0 +1,300 @@
+"""Privacy buckets on a grid of loss values t_i = i log f, i = -n..n (paper §3-4).
+
+Three representations of the same composition, all stored as rows of masses so that
+composition is one batched FFT convolution per row (indices add, paper Definition 4):
+
+* ``SplitBuckets``: the tight *upper* bound.  Every event is split into two atoms on
+  the neighbouring grid points, preserving its A- and B-mass (DESIGN.md §3, the
+  privacy-buckets counterpart of "Connect the Dots").  The split pair dominates the
+  true pair in both neighbouring directions at once, and corner atoms beyond t_n
+  (t_{-n}) are split between t_n and +inf (t_{-n} and -inf) the same way.
+* ``GroupedBuckets``: the *lower* bound.  Events are grouped by index; grouping is
+  post-processing, so sum over groups of max(0, A_g - e^eps B_g) never exceeds the
+  true hockey-stick divergence (paper Theorem 2, virtual EC terms).
+* ``PaperBuckets``: the paper's buckets with real and virtual error-correction terms
+  and u_T, one direction per object (Definitions 4, 7, 9).
+
+B-masses are stored scaled to A units (C_i = B_i f^i, paper's A/f^i + EC term) where
+a query weighs them by e^{eps - t_i} <= 1, so each row carries a certified l1 bound on
+its accumulated floating-point error (``error``), folded into every reported bound.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .convolution import UNIT_ROUNDOFF, convolve_rows
+
+_U = UNIT_ROUNDOFF
+
+#: Largest |t| a grid may reach: e^{t} must stay far inside floating-point range.
+MAX_LOSS_RANGE = 500.0
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Bucket factor f = e^{log_factor} and an even number of buckets n (Definition 3)."""
+
+    log_factor: float
+    number_of_buckets: int
+
+    def __post_init__(self):
+        n = self.number_of_buckets
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2 or n % 2:
+            raise ValueError(f"number_of_buckets must be an even integer >= 2, got {n!r}")
+        d = self.log_factor
+        if not (isinstance(d, (int, float, np.floating)) and math.isfinite(d) and d > 0):
+            raise ValueError(f"log(factor) must be finite and > 0, got {d!r}")
+        if n * d > MAX_LOSS_RANGE:
+            raise ValueError(
+                f"factor**number_of_buckets = exp({n * d:.4g}) exceeds exp({MAX_LOSS_RANGE}); "
+                "choose a smaller factor or fewer buckets")
+
+    @property
+    def factor(self) -> float:
+        return math.exp(self.log_factor)
+
+    @property
+    def size(self) -> int:
+        return 2 * self.number_of_buckets + 1
+
+    @property
+    def losses(self) -> np.ndarray:
+        n = self.number_of_buckets
+        return np.arange(-n, n + 1, dtype=float) * self.log_factor
+
+    def squared(self) -> "Grid":
+        """Grid after the squaring operation T (f -> f^2, n unchanged)."""
+        return Grid(2.0 * self.log_factor, self.number_of_buckets)
+
+
+def _fold_weights(n: int, log_factor: float):
+    """e^{-k log f} and 1 - e^{-k log f} for k = 1..n (corner splits)."""
+    k = np.arange(1, n + 1, dtype=float) * log_factor
+    return np.exp(-k), -np.expm1(-k)
+
+
+def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
+    """l1 error of a product: Young's inequality, FFT round-off and the corner sums
+    (``folded``: mass summed into the corners, each sum of <= n terms)."""
+    return (err_x * mass_y + err_y * mass_x + err_x * err_y + fft_err
+            + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1) + 4.0 * _U * mass_x * mass_y)
+
+
+def _merge_pairs(row: np.ndarray, n: int, odd_weight: float = 1.0) -> np.ndarray:
+    """Squaring by grouping: new index j collects old 2j-1 (times odd_weight) and 2j."""
+    out = np.zeros_like(row)
+    even = row[0::2]                       # old i = -n, -n+2, ..., n -> j = -n/2..n/2
+    odd = row[1::2]                        # old i = -n+1, ..., n-1 -> j = -n/2+1..n/2
+    mid = out[n // 2: n // 2 + n + 1]
+    mid += even
+    mid[1:] += odd * odd_weight
+    return out
+
+
+# --------------------------------------------------------------------------- split
+@dataclass(frozen=True, eq=False)
+class SplitBuckets:
+    """Atoms on grid points (A-masses, B-masses) plus atoms at +inf (A) and -inf (B)."""
+
+    grid: Grid
+    rows: np.ndarray          # (2, 2n+1): A-mass and B-mass of the atom at t_i
+    a_inf: float              # A-mass of loss +inf (distinguishing events)
+    b_minf: float             # B-mass of loss -inf
+    error: np.ndarray         # (2,) l1 error bounds of (A row, a_inf) and (B row, b_minf)
+    compositions: int = 1
+    overflow: float = 0.0     # mass the last composition moved into the infinity atoms
+
+    @staticmethod
+    def from_masses(grid: Grid, a, b, ea, eb) -> "SplitBuckets":
+        """Split bucket masses (K+1 intervals of ``grid.losses``, with absolute error
+        bounds ``ea``, ``eb``) onto the grid points."""
+        n = grid.number_of_buckets
+        t = grid.losses
+        d = grid.log_factor
+        fm1 = math.expm1(d)
+        f = fm1 + 1.0
+        A = np.zeros(grid.size)
+        B = np.zeros(grid.size)
+        ai, bi = a[1:-1], b[1:-1]                      # bucket (t_{k-1}, t_k], k = 1..2n
+        ti = t[1:]
+        et = np.exp(ti)
+        ci = bi * et                                   # B-mass scaled to A units at t_k
+        beta = (ai * f - ci) / fm1                     # A-mass sent up to t_k
+        slack = ((ea[1:-1] * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
+        beta_up = np.clip(beta + slack, 0.0, ai)       # rounded toward the higher loss
+        alpha = ai - beta_up
+        A[:-1] += alpha
+        A[1:] += beta_up
+        B[:-1] += alpha * np.exp(-t[:-1])
+        B[1:] += beta_up / et
+        # B-mass the upward rounding removed goes to the -inf atom (keeps domination)
+        deficit = float(np.sum(np.minimum(2.0 * slack, ai) / et * fm1))
+        # corner buckets: L <= t_{-n} and L > t_n (paper's S_{-n} and S_inf)
+        edge = math.exp(n * d)
+        A[0] += a[0]
+        B[0] += a[0] * edge
+        b_minf = max(0.0, b[0] - a[0] * edge) + eb[0] + ea[0] * edge + deficit
+        B[-1] += b[-1]
+        A[-1] += b[-1] * edge
+        a_inf = max(0.0, a[-1] - b[-1] * edge) + ea[-1] + eb[-1] * edge
+        error = np.array([float(np.sum(ea)) + 8 * _U, float(np.sum(eb)) * f + 8 * _U])
+        return SplitBuckets(grid, np.vstack([A, B]), float(a_inf), float(b_minf), error)
+
+    def masses(self) -> np.ndarray:
+        return self.rows.sum(axis=1) + np.array([self.a_inf, self.b_minf])
+
+    def compose(self, other: "SplitBuckets") -> "SplitBuckets":
+        """T1 x T2 (Definition 4 on the split pair): one convolution per row."""
+        if other.grid != self.grid:
+            raise ValueError("compose needs buckets on the same grid")
+        n = self.grid.number_of_buckets
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        w_keep, w_out = _fold_weights(n, self.grid.log_factor)
+        A = z[0, n: 3 * n + 1].copy()
+        B = z[1, n: 3 * n + 1].copy()
+        a_top, a_bot = z[0, 3 * n + 1:], z[0, :n]
+        b_top, b_bot = z[1, 3 * n + 1:], z[1, :n][::-1]   # b_bot[k-1] is index -n-k
+        A[-1] += a_top @ w_keep
+        a_over = float(a_top @ w_out)
+        A[0] += a_bot.sum()
+        B[-1] += b_top.sum()
+        B[0] += b_bot @ w_keep
+        b_over = float(b_bot @ w_out)
+        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf + a_over
+        b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf + b_over
+        mx, my = self.masses(), other.masses()
+        folded = np.vstack([np.concatenate((a_top, a_bot)), np.concatenate((b_top, b_bot))])
+        err = _propagate(self.error, mx, other.error, my, fft_err, folded)
+        return SplitBuckets(self.grid, np.vstack([A, B]), a_inf, b_minf, err,
+                            self.compositions + other.compositions, max(a_over, b_over))
+
+    def squared(self) -> "SplitBuckets":
+        """T: f -> f^2; odd points split between their even neighbours, masses kept."""
+        n = self.grid.number_of_buckets
+        g = math.exp(-self.grid.log_factor)
+        lo_a, hi_a = g / (1.0 + g), 1.0 / (1.0 + g)      # A weights to j-1 and j
+        rows = np.zeros_like(self.rows)
+        for r, (w_lo, w_hi) in enumerate(((lo_a, hi_a), (hi_a, lo_a))):
+            row = self.rows[r]
+            mid = rows[r, n // 2: n // 2 + n + 1]
+            mid += row[0::2]
+            odd = row[1::2]
+            mid[:-1] += odd * w_lo
+            mid[1:] += odd * w_hi
+        err = self.error + 4.0 * _U * self.masses()
+        return SplitBuckets(self.grid.squared(), rows, self.a_inf, self.b_minf, err,
+                            self.compositions, 0.0)
+
+
+# ------------------------------------------------------------------------- grouped
+@dataclass(frozen=True, eq=False)
+class GroupedBuckets:
+    """Groups of events by index: rows A, C = B f^i, B, D = A f^{-i} (lower bound)."""
+
+    grid: Grid
+    rows: np.ndarray          # (4, 2n+1)
+    error: np.ndarray         # (4,) l1 error bounds per row
+    compositions: int = 1
+
+    @staticmethod
+    def from_masses(grid: Grid, a, b, ea, eb) -> "GroupedBuckets":
+        t = grid.losses
+        A = a[:-1].copy()
+        B = b[:-1].copy()
+        A[-1] += a[-1]          # loss > t_n joins the top group: any grouping is valid
+        B[-1] += b[-1]
+        EA = ea[:-1].copy()
+        EB = eb[:-1].copy()
+        EA[-1] += ea[-1]
+        EB[-1] += eb[-1]
+        et = np.exp(t)
+        rows = np.vstack([A, B * et, B, A / et])
+        error = np.array([EA.sum(), (EB * et).sum(), EB.sum(), (EA / et).sum()])
+        return GroupedBuckets(grid, rows, error * (1 + 1e-9) + 8 * _U * rows.sum(axis=1))
+
+    def compose(self, other: "GroupedBuckets") -> "GroupedBuckets":
+        if other.grid != self.grid:
+            raise ValueError("compose needs buckets on the same grid")
+        n = self.grid.number_of_buckets
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        rows = z[:, n: 3 * n + 1].copy()      # groups beyond the range are dropped
+        mx, my = self.rows.sum(axis=1), other.rows.sum(axis=1)
+        err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((4, 1)))
+        return GroupedBuckets(self.grid, rows, err, self.compositions + other.compositions)
+
+    def squared(self) -> "GroupedBuckets":
+        n = self.grid.number_of_buckets
+        f = self.grid.factor
+        A, C, B, D = self.rows
+        rows = np.vstack([_merge_pairs(A, n), _merge_pairs(C, n, f),
+                          _merge_pairs(B, n), _merge_pairs(D, n, 1.0 / f)])
+        err = self.error * np.array([1.0, f, 1.0, 1.0]) + 4.0 * _U * self.rows.sum(axis=1)
+        return GroupedBuckets(self.grid.squared(), rows, err, self.compositions)
+
+
+# --------------------------------------------------------------------------- paper
+@dataclass(frozen=True, eq=False)
+class PaperBuckets:
+    """One direction of the paper's buckets: rows B(i), virtual and real EC, u_T.
+
+    Rows are A = B_T(i), V = (B_T(i)/f^i + l~(i)) f^i and R = (B_T(i)/f^i + l(i)) f^i
+    (Definitions 4 and 7); composition is a convolution of each row because
+    V-formula sums telescope (DESIGN.md §2).  The virtual term of the bottom bucket
+    -n cannot be certified in floating point after a composition (it is a tiny
+    difference of huge B-masses), so there it is replaced by its upper bound
+    B-mass <= 1, which only lowers the lower bound.
+    """
+
+    grid: Grid
+    rows: np.ndarray          # (3, 2n+1): A, V, R
+    a_inf: float
+    u: int
+    error: np.ndarray         # (3,) l1 error bounds of (A, a_inf), V, R
+    compositions: int = 1
+
+    @staticmethod
+    def from_masses(grid: Grid, a, b, ea, eb) -> "PaperBuckets":
+        t = grid.losses
+        A = a[:-1].copy()
+        et = np.exp(t)
+        V = b[:-1] * et
+        R = V.copy()
+        R[0] = A[0]                                  # l(-n) = 0
+        rows = np.vstack([A, V, R])
+        ev = float((eb[:-1] * et).sum())
+        error = np.array([float(ea.sum()), ev, ev]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
+        return PaperBuckets(grid, rows, float(a[-1]), 1, error)
+
+    def compose(self, other: "PaperBuckets") -> "PaperBuckets":
+        if other.grid != self.grid:
+            raise ValueError("compose needs buckets on the same grid")
+        n = self.grid.number_of_buckets
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        rows = z[:, n: 3 * n + 1].copy()
+        over = float(z[0, 3 * n + 1:].sum())
+        rows[0, 0] += z[0, :n].sum()
+        rows[1, 0] = math.exp(-n * self.grid.log_factor)   # certified bound, see class doc
+        rows[2, 0] = rows[0, 0]
+        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf + over
+        mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
+        my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
+        folded = np.vstack([np.concatenate((z[0, 3 * n + 1:], z[0, :n])),
+                            np.zeros(2 * n), np.zeros(2 * n)])
+        err = _propagate(self.error, mx, other.error, my, fft_err, folded)
+        return PaperBuckets(self.grid, rows, a_inf, self.u + other.u, err,
+                            self.compositions + other.compositions)
+
+    def squared(self) -> "PaperBuckets":
+        n = self.grid.number_of_buckets
+        f = self.grid.factor
+        A, V, R = self.rows
+        newA = _merge_pairs(A, n)
+        newV = _merge_pairs(V, n, f)
+        newR = _merge_pairs(R, n, f)
+        newR[n // 2] = newA[n // 2]                  # l(-n/2) = 0 after squaring
+        err = self.error * np.array([1.0, f, f]) + 4.0 * _U * self.rows.sum(axis=1)
+        return PaperBuckets(self.grid.squared(), np.vstack([newA, newV, newR]), self.a_inf,
+                            -(-self.u // 2) + 1, err, self.compositions)

@@ -1,0 +1,263 @@
+"""The engine's public face: compose a sequence of mechanisms, query certified bounds.
+
+    >>> from pb_accountant import compose, SubsampledGaussian
+    >>> pb = compose([(SubsampledGaussian(1.1, 0.01), 1000)], delta=1e-5)
+    >>> bounds = pb.epsilon_bounds(1e-5)          # EpsilonBounds(lower=..., upper=...)
+
+Upper bounds come from every tracked upper method ("split": the split pair, DESIGN.md
+§3; "paper": Definition 9) and the smallest is reported; lower bounds from "grouped"
+(Theorem 2 over all groups) and "paper" (Theorem 2), the largest reported.  Both
+neighbouring directions are always included.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ._validation import check_delta, check_real
+from .composition import (BucketOptions, BucketSet, Composer, canonical_history,
+                          delta_class)
+from .convolution import UNIT_ROUNDOFF
+from .queries import ThresholdSum, certified_lower_epsilon, certified_upper_epsilon
+from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
+
+_U = UNIT_ROUNDOFF
+DEFAULT_METHODS = ("split", "grouped")
+
+
+def _log(x):
+    with np.errstate(divide="ignore"):
+        return np.log(x)
+
+
+class _PaperUpper:
+    """Definition 9 for one direction, vectorised over eps with cumulative sums."""
+
+    def __init__(self, pb):
+        self.pb = pb
+        n = pb.grid.number_of_buckets
+        t = pb.grid.losses
+        A, V, R = pb.rows
+        e = np.exp(-np.maximum(t, 0.0))
+        self.n = n
+        self.tail_A = np.concatenate((np.cumsum(A[::-1])[::-1], [0.0]))
+        self.tail_Ae = np.concatenate((np.cumsum((A * e)[::-1])[::-1], [0.0]))
+        self.tail_Re = np.concatenate((np.cumsum((R * e)[::-1])[::-1], [0.0]))
+        self.const = pb.a_inf + pb.error[0] + pb.error[2]
+        self.slack = 8.0 * (2 * n + 3) * _U
+
+    def __call__(self, eps):
+        eps = np.atleast_1d(np.asarray(eps, dtype=float))
+        pb, n = self.pb, self.n
+        d = pb.grid.log_factor
+        j = np.ceil(eps / d * (1.0 - 1e-15)).astype(np.int64)
+        j = np.where(j * d < eps, j + 1, j)          # f^j >= e^eps exactly
+        pos = np.clip(j + n, 0, 2 * n + 1)
+        pos_u = np.clip(j + n + pb.u, 0, 2 * n + 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            inner = (self.tail_Ae[pos] - self.tail_Ae[pos_u]) + self.tail_Re[pos_u]
+            body = self.tail_A[pos] - np.exp(eps) * inner
+        body = np.where(inner > 0, body, self.tail_A[pos])
+        val = self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos]
+        return np.minimum(val, 1.0)
+
+    def epsilon(self, delta: float) -> float:
+        d = self.pb.grid.log_factor
+        n = self.n
+        if self(0.0)[0] <= delta:
+            return 0.0
+        ends = np.arange(1, n + 1) * d
+        vals = self(ends)
+        ok = np.nonzero(vals <= delta)[0]
+        if len(ok) == 0:
+            return math.inf
+        j = int(ok[0]) + 1
+        lo, hi = (j - 1) * d, j * d
+        # inside (t_{j-1}, t_j] the bound is K - e^eps Q; bisect for the crossing
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            if mid <= lo or mid >= hi:
+                break
+            if self(mid)[0] <= delta:
+                hi = mid
+            else:
+                lo = mid
+        return float(hi) if self(hi)[0] <= delta else float(j * d)
+
+
+class PrivacyBuckets:
+    """Certified two-sided bounds for one composed sequence of mechanism pairs."""
+
+    def __init__(self, buckets: Optional[BucketSet], delta_target: Optional[float] = None):
+        self.buckets = buckets
+        self.delta_target = delta_target
+        self._upper: Dict[str, list] = {}
+        self._lower: Dict[str, list] = {}
+        if buckets is not None:
+            self._build()
+
+    # -- the curves of each method -----------------------------------------------------
+    def _build(self):
+        bs = self.buckets
+        t = bs.grid.losses
+        d = bs.grid.log_factor
+        f = bs.grid.factor
+        s = bs.split
+        A, B = s.rows
+        with np.errstate(over="ignore", under="ignore"):
+            self._upper["split"] = [
+                ThresholdSum.build(t, A, A * np.exp(-t), s.a_inf + s.error[0], True),
+                ThresholdSum.build(-t, B, B * np.exp(t), s.b_minf + s.error[1], True)]
+        if bs.grouped is not None:
+            gA, gC, gB, gD = bs.grouped.rows
+            e = bs.grouped.error
+            qa = gC * np.exp(-t)
+            qb = gD * np.exp(t)
+            th_a = np.minimum(t, t + _log(gA) - _log(gC))
+            th_b = np.minimum(-t + d, -t + _log(gB) - _log(gD))
+            self._lower["grouped"] = [
+                ThresholdSum.build(th_a, gA, qa, -(e[0] + e[1]), False),
+                ThresholdSum.build(th_b, gB, qb, -(e[2] + f * e[3]), False)]
+        if bs.paper is not None:
+            self._upper["paper"] = [_PaperUpper(p) for p in bs.paper]
+            lows = []
+            for p in bs.paper:
+                pA, pV, _ = p.rows
+                th = np.minimum(t, t + _log(pA) - _log(pV))
+                lows.append(ThresholdSum.build(th, pA, pV * np.exp(-t),
+                                               -(p.error[0] + p.error[1]), False))
+            self._lower["paper"] = lows
+
+    @property
+    def grid_info(self) -> Optional[GridInfo]:
+        if self.buckets is None:
+            return None
+        g = self.buckets.grid
+        return GridInfo(g.factor, g.number_of_buckets)
+
+    @property
+    def methods(self) -> List[str]:
+        return sorted(set(self._upper) | set(self._lower))
+
+    @property
+    def infinity_mass(self) -> float:
+        if self.buckets is None:
+            return 0.0
+        s = self.buckets.split
+        return max(s.a_inf + s.error[0], s.b_minf + s.error[1])
+
+    def _notes(self, delta: Optional[float] = None):
+        notes = []
+        if delta is not None and self.buckets is not None and self.infinity_mass > 0.01 * delta:
+            notes.append(
+                f"infinity mass and certified round-off {self.infinity_mass:.3g} exceed 1% of "
+                f"delta={delta:.3g}: the upper bound is loose; pass delta= when composing, or "
+                "the requested delta is below what this grid and floating point can certify")
+        return tuple(notes)
+
+    # -- delta ------------------------------------------------------------------------
+    def delta_upper(self, epsilon, method: Optional[str] = None) -> np.ndarray:
+        eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
+        if self.buckets is None:
+            return np.zeros_like(eps)
+        names = [method] if method else list(self._upper)
+        best = np.ones_like(eps)
+        for name in names:
+            curves = self._upper[name]
+            best = np.minimum(best, np.maximum.reduce([np.asarray(c(eps)) for c in curves]))
+        return best
+
+    def delta_lower(self, epsilon, method: Optional[str] = None) -> np.ndarray:
+        eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
+        if self.buckets is None:
+            return np.zeros_like(eps)
+        names = [method] if method else list(self._lower)
+        best = np.zeros_like(eps)
+        for name in names:
+            for c in self._lower[name]:
+                best = np.maximum(best, c(eps))
+        return best
+
+    def delta_bounds(self, epsilon, method: Optional[str] = None) -> DeltaBounds:
+        """Certified delta bounds at one epsilon or an array of them (one pass)."""
+        scalar = np.ndim(epsilon) == 0
+        eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
+        if eps.size == 0 or not np.all(np.isfinite(eps)) or np.any(eps < 0):
+            raise ValueError(f"epsilon must be finite and in [0, inf), got {epsilon!r}")
+        lo = self.delta_lower(eps, None if method in (None, "split") else method)
+        up = self.delta_upper(eps, method if method in (None, "split", "paper") else None)
+        lo = np.minimum(lo, up)
+        if scalar:
+            return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]),
+                               method or "best", self.grid_info)
+        return DeltaBounds(eps, lo, up, method or "best", self.grid_info)
+
+    # -- epsilon ------------------------------------------------------------------------
+    def epsilon_upper(self, delta: float, method: Optional[str] = None) -> float:
+        delta = check_delta(delta)
+        if self.buckets is None:
+            return 0.0
+        names = [method] if method else list(self._upper)
+        best = math.inf
+        for name in names:
+            if name == "paper":
+                eps = max(c.epsilon(delta) for c in self._upper[name])
+            else:
+                eps = certified_upper_epsilon(self._upper[name], delta)
+            best = min(best, eps)
+        return best
+
+    def epsilon_lower(self, delta: float, method: Optional[str] = None) -> float:
+        delta = check_delta(delta)
+        if self.buckets is None:
+            return 0.0
+        names = [method] if method else list(self._lower)
+        best = 0.0
+        for name in names:
+            best = max(best, certified_lower_epsilon(self._lower[name], delta))
+        return best
+
+    def epsilon_bounds(self, delta: float, method: Optional[str] = None) -> EpsilonBounds:
+        """Certified bounds on the smallest epsilon with delta(epsilon) <= delta."""
+        delta = check_delta(delta)
+        up_method = method if method in (None, "split", "paper") else None
+        lo_method = method if method in (None, "grouped", "paper") else None
+        up = self.epsilon_upper(delta, up_method)
+        lo = min(self.epsilon_lower(delta, lo_method), up) if self._lower or self.buckets is None else 0.0
+        notes = self._notes(delta)
+        if math.isinf(up):
+            notes += ("no epsilon could be certified for this delta: the infinity mass plus "
+                      f"certified round-off ({self.infinity_mass:.3g}) is not below delta",)
+        return EpsilonBounds(delta, float(lo), float(up), method or "best", self.grid_info, notes)
+
+    def curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
+        """The eps-delta curve with both bounds (default: up to where delta_up < 1e-12)."""
+        if epsilons is None:
+            top = self.epsilon_upper(1e-12) if self.buckets is not None else 1.0
+            top = 1.0 if (math.isinf(top) or top == 0.0) else top
+            epsilons = np.linspace(0.0, top, num)
+        db = self.delta_bounds(np.asarray(epsilons, dtype=float))
+        return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower),
+                            np.asarray(db.upper), "best", self.grid_info)
+
+
+def compose(sequence, *, delta: Optional[float] = None,
+            methods: Sequence[str] = DEFAULT_METHODS,
+            number_of_buckets: Optional[int] = None, factor: Optional[float] = None,
+            free_infty_budget: Optional[float] = None, growth_factor: float = 2.2,
+            composer: Optional[Composer] = None) -> PrivacyBuckets:
+    """Compose ``[(mechanism_pair, count), ...]`` and return certified bounds.
+
+    ``delta`` sizes the grid so that the infinity atoms stay far below it; bounds for
+    other deltas remain valid, only possibly looser.  ``methods`` picks the
+    representations: "split" (always, tight upper), "grouped" (lower), "paper"
+    (Definition 9 upper and Theorem 2 lower).
+    """
+    if delta is not None:
+        delta = check_delta(delta)
+    options = BucketOptions(number_of_buckets, factor, free_infty_budget, growth_factor)
+    composer = composer or Composer(options)
+    history = canonical_history(sequence)
+    return PrivacyBuckets(composer.compose(history, delta, methods), delta)

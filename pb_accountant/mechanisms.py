@@ -1,0 +1,434 @@
+"""Worst-case pairs of distributions (A, B) and their exact privacy-loss bucket masses.
+
+A pair describes one mechanism on neighbouring inputs.  The only thing the engine needs
+from it is, for a grid of loss values t_0 < ... < t_{K-1}, the A- and B-mass of the
+events whose privacy loss L = log(P_A / P_B) falls in each interval
+
+    (-inf, t_0], (t_0, t_1], ..., (t_{K-2}, t_{K-1}], (t_{K-1}, +inf]
+
+(paper Definition 4, the sets S_i; events with P_B = 0 have L = +inf and are the
+distinguishing events, events with P_A = 0 have L = -inf).  Continuous pairs compute these
+masses in closed form as interval integrals (paper §5.1, §5.2, §5.4), never by
+histogramming; discrete pairs (paper §4.6, §5.5) sum their atoms.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Tuple
+
+import numpy as np
+from scipy import special
+
+from ._validation import check_real
+
+_U = np.finfo(float).eps / 2.0
+
+#: Relative error bound of Laplace interval masses (exp/expm1 of moderate arguments).
+CONTINUOUS_MASS_RELATIVE_ERROR = 1e-13
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def normal_interval_error(lo, hi, mass) -> np.ndarray:
+    """Certified-by-analysis bound on the absolute error of ``normal_interval_mass``.
+
+    Quadrature branch: exp(-z^2/2) loses about z^2 ulp, the 12-point rule's truncation
+    is below rounding for h (|z| + h) < 1.  CDF branch: a few ulp per ndtr value and a
+    cancellation factor below 2.5.  Both are covered by 2u (40 + z^2); tests check it
+    against mpmath.
+    """
+    lo = np.asarray(lo, dtype=float)
+    hi = np.asarray(hi, dtype=float)
+    reach = np.minimum(np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
+                                  np.abs(np.where(np.isfinite(hi), hi, 0.0))), 1e4)
+    return 2.0 * _U * (40.0 + reach * reach) * np.asarray(mass)
+
+
+def normal_interval_mass(lo, hi) -> np.ndarray:
+    """P(lo < Z <= hi) for a standard normal Z, accurate to a few ulp relative.
+
+    Narrow intervals (where a CDF difference would cancel) are integrated by
+    Gauss-Legendre quadrature; wide ones take the CDF difference on the tail side.
+    """
+    lo = np.asarray(lo, dtype=float)
+    hi = np.asarray(hi, dtype=float)
+    lo, hi = np.broadcast_arrays(lo, hi)
+    out = np.zeros(lo.shape)
+    valid = hi > lo
+    finite = valid & np.isfinite(lo) & np.isfinite(hi)
+    with np.errstate(invalid="ignore"):
+        width = np.where(finite, hi - lo, np.inf)
+    reach = np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
+                       np.abs(np.where(np.isfinite(hi), hi, 0.0)))
+    narrow = finite & (width * (reach + width) < 1.0)
+    if np.any(narrow):
+        l, h = lo[narrow], hi[narrow]
+        half = 0.5 * (h - l)
+        mid = 0.5 * (h + l)
+        z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
+        out[narrow] = half * (np.exp(-0.5 * z * z) @ _GL_WEIGHTS) * _INV_SQRT_2PI
+    wide = valid & ~narrow
+    if np.any(wide):
+        l, h = lo[wide], hi[wide]
+        right = l >= 0.0
+        left = h <= 0.0
+        mid = ~(right | left)
+        res = np.empty(l.shape)
+        res[right] = special.ndtr(-l[right]) - special.ndtr(-h[right])
+        res[left] = special.ndtr(h[left]) - special.ndtr(l[left])
+        res[mid] = 1.0 - special.ndtr(-h[mid]) - special.ndtr(l[mid])
+        out[wide] = res
+    return np.maximum(out, 0.0)
+
+
+def _atoms_to_buckets(t, losses, a, b, *, swapped: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """Sum atoms into the K+1 right-closed loss intervals of grid ``t``."""
+    losses = np.asarray(losses, dtype=float)
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    if swapped:
+        losses, a, b = -losses, b, a
+    idx = np.searchsorted(t, losses, side="left")  # L <= t_k  -> interval k
+    out_a = np.bincount(idx, weights=a, minlength=len(t) + 1).astype(float)
+    out_b = np.bincount(idx, weights=b, minlength=len(t) + 1).astype(float)
+    return out_a, out_b
+
+
+class MechanismPair:
+    """A worst-case pair (A, B); subclasses describe atoms and a continuous part."""
+
+    #: relative error bound of the masses this pair returns
+    mass_relative_error: float = 0.0
+    #: True for the mixture-vs-Gaussian "remove" orientation and its mirror
+    swapped: bool = False
+
+    # -- to be provided by subclasses -------------------------------------------------
+    def _atoms(self):
+        """Atoms as (losses, A-masses, B-masses); losses may be +-inf."""
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+
+    def _continuous(self, t) -> Tuple[np.ndarray, np.ndarray]:
+        """Masses of the atom-free part on the K+1 intervals of ``t``."""
+        k = len(t) + 1
+        return np.zeros(k), np.zeros(k)
+
+    def _continuous_with_error(self, t):
+        """(a, b, error of a, error of b) of the atom-free part."""
+        a, b = self._continuous(t)
+        return a, b, self.mass_relative_error * a, self.mass_relative_error * b
+
+    def _loss_range(self, tail: float) -> Tuple[float, float]:
+        """(t_lo, t_hi) with P_B(L < t_lo) <= tail and P_A(t_hi < L < inf) <= tail."""
+        raise NotImplementedError
+
+    # -- public -----------------------------------------------------------------------
+    def bucket_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
+        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``."""
+        a, b, _, _ = self.bucket_masses_with_error(t)
+        return a, b
+
+    def bucket_masses_with_error(self, t):
+        """Masses as in ``bucket_masses`` plus absolute error bounds for each entry."""
+        t = np.asarray(t, dtype=float)
+        losses, a_at, b_at = self._atoms()
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        ea = self.mass_relative_error * a
+        eb = self.mass_relative_error * b
+        if self.swapped:
+            ca, cb, eca, ecb = self._continuous_with_error(-t[::-1])
+            ca, cb, eca, ecb = cb[::-1], ca[::-1], ecb[::-1], eca[::-1]
+        else:
+            ca, cb, eca, ecb = self._continuous_with_error(t)
+        return a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb)
+
+    def loss_range(self, tail: float) -> Tuple[float, float]:
+        """Loss interval outside which less than ``tail`` of the relevant mass lies."""
+        lo, hi = self._loss_range(tail)
+        if self.swapped:
+            lo, hi = -hi, -lo
+        return lo, hi
+
+    def mirrored(self) -> "MechanismPair":
+        """The same pair with A and B exchanged (the other neighbouring direction)."""
+        import dataclasses
+        return dataclasses.replace(self, swapped=not self.swapped)
+
+    def infinity_masses(self) -> Tuple[float, float]:
+        """(A-mass with L = +inf, B-mass with L = -inf) in this orientation."""
+        losses, a, b = self._atoms()
+        losses = np.asarray(losses, dtype=float)
+        pos = float(np.sum(np.asarray(a)[losses == np.inf]))
+        neg = float(np.sum(np.asarray(b)[losses == -np.inf]))
+        if self.swapped:
+            pos = float(np.sum(np.asarray(b)[losses == -np.inf]))
+            neg = float(np.sum(np.asarray(a)[losses == np.inf]))
+        return pos, neg
+
+
+@dataclass(frozen=True)
+class SubsampledGaussian(MechanismPair):
+    """One DP-SGD step: Poisson sampling with rate q, Gaussian noise sigma (paper §5.4).
+
+    remove direction (default): A = (1-q) N(0, s^2) + q N(1, s^2), B = N(0, s^2);
+    ``mirrored()`` gives the add direction.  The loss
+    L(x) = log(1 - q + q exp((2x - 1) / (2 s^2))) is increasing in x, so each loss
+    interval is an x-interval with end points x(t) = s^2 log((e^t - (1-q)) / q) + 1/2.
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    swapped: bool = False
+    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+
+    def __post_init__(self):
+        check_real("noise_multiplier", self.noise_multiplier, low=0.0, low_open=True)
+        check_real("sample_rate", self.sample_rate, low=0.0, high=1.0, low_open=True)
+
+    def _x_of_loss(self, t):
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        if q == 1.0:
+            return s2 * t + 0.5
+        with np.errstate(divide="ignore", invalid="ignore"):
+            big = t > 0.0
+            inner = np.where(big, t + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 0.0))),
+                             np.log(np.maximum(np.expm1(t) + q, 0.0)))
+            x = s2 * (inner - math.log(q)) + 0.5
+        return np.where(t <= math.log1p(-q), -np.inf, x)
+
+    def _loss_of_x(self, x):
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        z = (2.0 * x - 1.0) / (2.0 * s2)
+        if q == 1.0:
+            return z
+        return np.logaddexp(math.log1p(-q), math.log(q) + z)
+
+    def _continuous(self, t):
+        a, b, _, _ = self._continuous_with_error(t)
+        return a, b
+
+    def _continuous_with_error(self, t):
+        s = self.noise_multiplier
+        q = self.sample_rate
+        x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
+        x = np.maximum.accumulate(x)  # guards against rounding making it non-monotone
+        z0l, z0h = x[:-1] / s, x[1:] / s
+        z1l, z1h = (x[:-1] - 1.0) / s, (x[1:] - 1.0) / s
+        b = normal_interval_mass(z0l, z0h)
+        a1 = normal_interval_mass(z1l, z1h)
+        eb = normal_interval_error(z0l, z0h, b)
+        ea1 = normal_interval_error(z1l, z1h, a1)
+        if q == 1.0:
+            return a1, b, ea1, eb
+        a = (1.0 - q) * b + q * a1
+        return a, b, (1.0 - q) * eb + q * ea1 + 2 * _U * a, eb
+
+    def _loss_range(self, tail):
+        z = float(special.ndtri(1.0 - tail)) if tail > 1e-300 else 38.0
+        s = self.noise_multiplier
+        hi = float(self._loss_of_x(1.0 + s * z))
+        lo = float(self._loss_of_x(-s * z))
+        return lo, hi
+
+
+@dataclass(frozen=True)
+class Gaussian(MechanismPair):  # noqa: D101 - documented below
+    """Gaussian mechanism: A = N(sensitivity, sigma^2), B = N(0, sigma^2) (paper §5.2).
+
+    With ``truncation`` T both are truncated to mean +- T and renormalised; outcomes only
+    one of them can produce have loss +-inf.
+    """
+
+    sigma: float
+    sensitivity: float = 1.0
+    truncation: "float | None" = None
+    swapped: bool = False
+    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+
+    def __post_init__(self):
+        check_real("sigma", self.sigma, low=0.0, low_open=True)
+        check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
+        if self.truncation is not None:
+            check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)
+
+    def _norm(self):
+        if self.truncation is None:
+            return 1.0
+        z = self.truncation / self.sigma
+        return float(normal_interval_mass(-z, z))
+
+    def _atoms(self):
+        if self.truncation is None:
+            return super()._atoms()
+        s, T, sd = self.sensitivity, self.truncation, self.sigma
+        Z = self._norm()
+        # B-only outcomes x in [-T, s-T) and A-only outcomes x in (T, s+T]
+        only_b = float(normal_interval_mass(-T / sd, (s - T) / sd)) / Z
+        only_a = float(normal_interval_mass((T - s) / sd, T / sd)) / Z
+        return np.array([-np.inf, np.inf]), np.array([0.0, only_a]), np.array([only_b, 0.0])
+
+    def _continuous(self, t):
+        a, b, _, _ = self._continuous_with_error(t)
+        return a, b
+
+    def _continuous_with_error(self, t):
+        s, sd = self.sensitivity, self.sigma
+        x = (sd * sd * np.asarray(t, dtype=float) + 0.5 * s * s) / s
+        x = np.concatenate(([-np.inf], x, [np.inf]))
+        if self.truncation is not None:
+            T = self.truncation
+            x = np.clip(x, s - T, T)
+        Z = self._norm()
+        zb = (x[:-1] / sd, x[1:] / sd)
+        za = ((x[:-1] - s) / sd, (x[1:] - s) / sd)
+        b = normal_interval_mass(*zb)
+        a = normal_interval_mass(*za)
+        rel_z = 0.0 if self.truncation is None else 1e-14
+        return (a / Z, b / Z, normal_interval_error(*za, a) / Z + rel_z * a,
+                normal_interval_error(*zb, b) / Z + rel_z * b)
+
+    def _loss_range(self, tail):
+        z = float(special.ndtri(1.0 - tail)) if tail > 1e-300 else 38.0
+        s, sd = self.sensitivity, self.sigma
+        hi = (s * (s + sd * z) - 0.5 * s * s) / (sd * sd)
+        if self.truncation is not None:
+            hi = min(hi, (s * self.truncation - 0.5 * s * s) / (sd * sd))
+        return -hi, hi
+
+
+@dataclass(frozen=True)
+class Laplace(MechanismPair):
+    """Laplace mechanism: A = Lap(sensitivity, scale), B = Lap(0, scale) (paper §5.1).
+
+    The loss is -eps0 left of 0, linear in between, +eps0 right of the sensitivity
+    (eps0 = sensitivity / scale).  With ``truncation`` T each is truncated to its
+    mean +- T and renormalised.
+    """
+
+    scale: float
+    sensitivity: float = 1.0
+    truncation: "float | None" = None
+    swapped: bool = False
+    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+
+    def __post_init__(self):
+        check_real("scale", self.scale, low=0.0, low_open=True)
+        check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
+        if self.truncation is not None:
+            check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)
+
+    @property
+    def epsilon0(self) -> float:
+        return self.sensitivity / self.scale
+
+    def _cdf_mass(self, lo, hi, mean):
+        """Laplace(mean, scale) mass of (lo, hi], by expm1 on the side of the mean."""
+        b = self.scale
+        lo = np.asarray(lo, dtype=float) - mean
+        hi = np.asarray(hi, dtype=float) - mean
+
+        def upper_tail(x):  # P(X > x)
+            return np.where(x >= 0, 0.5 * np.exp(-np.maximum(x, 0) / b),
+                            1.0 - 0.5 * np.exp(np.minimum(x, 0) / b))
+
+        both_right = lo >= 0
+        both_left = hi <= 0
+        with np.errstate(over="ignore", invalid="ignore"):
+            right = -0.5 * np.exp(-np.where(both_right, lo, 0) / b) * np.expm1(
+                -np.where(both_right, hi - lo, 0) / b)
+            left = -0.5 * np.exp(np.where(both_left, hi, 0) / b) * np.expm1(
+                -np.where(both_left, hi - lo, 0) / b)
+        general = upper_tail(lo) - upper_tail(hi)
+        return np.maximum(np.where(both_right, right, np.where(both_left, left, general)), 0.0)
+
+    def _bounds(self):
+        s = self.sensitivity
+        if self.truncation is None:
+            return -np.inf, np.inf, 1.0
+        T = self.truncation
+        Z = float(-np.expm1(-T / self.scale))
+        return s - T, T, Z  # common support [s-T, T]; outside it one side is zero
+
+    def _atoms(self):
+        s = self.sensitivity
+        lo, hi, Z = self._bounds()
+        e0 = self.epsilon0
+        a_left = float(self._cdf_mass(lo, 0.0, s)) / Z
+        b_left = float(self._cdf_mass(lo, 0.0, 0.0)) / Z
+        a_right = float(self._cdf_mass(s, hi, s)) / Z
+        b_right = float(self._cdf_mass(s, hi, 0.0)) / Z
+        losses = [-e0, e0]
+        a = [a_left, a_right]
+        b = [b_left, b_right]
+        if self.truncation is not None:
+            T = self.truncation
+            losses += [-np.inf, np.inf]
+            a += [0.0, float(self._cdf_mass(T, s + T, s)) / Z]
+            b += [float(self._cdf_mass(-T, s - T, 0.0)) / Z, 0.0]
+        return np.array(losses), np.array(a), np.array(b)
+
+    def _continuous(self, t):
+        s, b = self.sensitivity, self.scale
+        _, _, Z = self._bounds()
+        x = np.clip((b * np.asarray(t, dtype=float) + s) / 2.0, 0.0, s)
+        x = np.concatenate(([0.0], x, [s]))
+        # open interval (0, s): the end atoms are counted in _atoms
+        return self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+
+    def _loss_range(self, tail):
+        return -self.epsilon0, self.epsilon0
+
+
+@dataclass(frozen=True)
+class DiscretePair(MechanismPair):
+    """A pair of histograms over the same events (paper §4.6, e.g. CoverUp's timings).
+
+    Events with P_B = 0 < P_A are distinguishing events (loss +inf, the infinity
+    bucket); events with P_A = 0 < P_B have loss -inf.
+    """
+
+    probabilities_a: Tuple[float, ...]
+    probabilities_b: Tuple[float, ...]
+    swapped: bool = False
+
+    def __post_init__(self):
+        a = np.asarray(self.probabilities_a, dtype=float)
+        b = np.asarray(self.probabilities_b, dtype=float)
+        if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape or a.size == 0:
+            raise ValueError(
+                "probabilities_a and probabilities_b must be non-empty 1-D sequences of the "
+                f"same length, got shapes {a.shape} and {b.shape}")
+        for name, p in (("probabilities_a", a), ("probabilities_b", b)):
+            if not np.all(np.isfinite(p)) or np.any(p < 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {p.tolist()!r}")
+            total = math.fsum(p.tolist())
+            if abs(total - 1.0) > 1e-9:
+                raise ValueError(f"{name} must sum to 1 (within 1e-9), got sum {total!r}")
+        object.__setattr__(self, "probabilities_a", tuple(float(v) for v in a))
+        object.__setattr__(self, "probabilities_b", tuple(float(v) for v in b))
+
+    def _atoms(self):
+        a = np.asarray(self.probabilities_a)
+        b = np.asarray(self.probabilities_b)
+        keep = (a > 0) | (b > 0)
+        a, b = a[keep], b[keep]
+        with np.errstate(divide="ignore"):
+            losses = np.log(a) - np.log(b)
+        return losses, a, b
+
+    def _loss_range(self, tail):
+        losses, _, _ = self._atoms()
+        finite = losses[np.isfinite(losses)]
+        if finite.size == 0:
+            return 0.0, 0.0
+        return float(finite.min()), float(finite.max())
+
+
+def RandomizedResponse(p: float) -> DiscretePair:
+    """Randomized response with bias p (paper §5.5): A = (p, 1-p), B = (1-p, p)."""
+    p = check_real("p", p, low=0.5, high=1.0, high_open=True)
+    return DiscretePair((p, 1.0 - p), (1.0 - p, p))

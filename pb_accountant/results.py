@@ -1,0 +1,84 @@
+"""Small immutable result objects returned by every bound-producing path.
+
+Engine queries, the accountant and the comparison bounds all answer with these, so
+results plot and compare side by side.  A one-sided result (a comparison bound that
+only certifies an upper bound) carries the trivially valid lower bound 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GridInfo:
+    """The final bucket grid a result was read from (paper Definition 3)."""
+
+    factor: float
+    number_of_buckets: int
+    squarings: int = 0
+
+    @property
+    def log_factor(self) -> float:
+        return float(np.log(self.factor))
+
+
+@dataclass(frozen=True)
+class EpsilonBounds:
+    """Certified bounds on the smallest epsilon with delta(epsilon) <= delta.
+
+    ``upper`` is a point at which a certified upper bound on delta was evaluated and
+    found <= delta; ``lower`` a point at which a certified lower bound on delta was
+    evaluated and found > delta (or 0).  ``notes`` says why a bound is looser than
+    usual (for example eps = inf when delta is below what can be certified).
+    """
+
+    delta: float
+    lower: float
+    upper: float
+    method: str = "buckets"
+    grid: Optional[GridInfo] = None
+    notes: Tuple[str, ...] = ()
+
+    @property
+    def width(self) -> float:
+        """Relative width (upper - lower) / upper; 0 when upper is 0."""
+        if self.upper == 0.0:
+            return 0.0
+        if np.isinf(self.upper):
+            return float("inf")
+        return (self.upper - self.lower) / self.upper
+
+    def __iter__(self):  # allows ``lo, up = bounds``
+        yield self.lower
+        yield self.upper
+
+
+@dataclass(frozen=True)
+class DeltaBounds:
+    """Certified bounds on delta(epsilon) for one epsilon or an array of them."""
+
+    epsilon: "float | np.ndarray"
+    lower: "float | np.ndarray"
+    upper: "float | np.ndarray"
+    method: str = "buckets"
+    grid: Optional[GridInfo] = None
+    notes: Tuple[str, ...] = ()
+
+    def __iter__(self):
+        yield self.lower
+        yield self.upper
+
+
+@dataclass(frozen=True)
+class PrivacyCurve:
+    """An epsilon-delta curve with both certified bounds, ready to plot."""
+
+    epsilons: np.ndarray
+    delta_lower: np.ndarray
+    delta_upper: np.ndarray
+    method: str = "buckets"
+    grid: Optional[GridInfo] = None
+    notes: Tuple[str, ...] = field(default_factory=tuple)
