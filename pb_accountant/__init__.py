@@ -1,10 +1,15 @@
 """pb-accountant: certified upper and lower privacy bounds with privacy buckets."""
+from .accountant import PrivacyBucketsAccountant
 from .engine import PrivacyBuckets, compose
 from .mechanisms import (DiscretePair, Gaussian, Laplace, MechanismPair, RandomizedResponse,
                          SubsampledGaussian)
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
-__all__ = ["compose", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
+__all__ = ["PrivacyBucketsAccountant", "compose", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
            "Laplace", "RandomizedResponse", "DiscretePair", "EpsilonBounds", "DeltaBounds",
            "PrivacyCurve", "GridInfo"]
 __version__ = "0.1.0"
+
+from . import _opacus_hook as _hook
+
+_hook.install()

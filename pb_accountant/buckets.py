@@ -30,7 +30,7 @@ from .convolution import UNIT_ROUNDOFF, convolve_rows
 _U = UNIT_ROUNDOFF
 
 #: Largest |t| a grid may reach: e^{t} must stay far inside floating-point range.
-MAX_LOSS_RANGE = 500.0
+MAX_LOSS_RANGE = 700.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,76 @@ class SplitBuckets:
     def masses(self) -> np.ndarray:
         return self.rows.sum(axis=1) + np.array([self.a_inf, self.b_minf])
 
+    def padded(self, n: int) -> "SplitBuckets":
+        """The same atoms on a grid with more buckets (exact)."""
+        k = n - self.grid.number_of_buckets
+        if k == 0:
+            return self
+        rows = np.pad(self.rows, ((0, 0), (k, k)))
+        return SplitBuckets(Grid(self.grid.log_factor, n), rows, self.a_inf, self.b_minf,
+                            self.error, self.compositions, self.overflow)
+
+    def restricted(self, n: int) -> "SplitBuckets":
+        """Keep indices -n..n; atoms beyond are split between the edge and +-inf."""
+        m = self.grid.number_of_buckets
+        if n >= m:
+            return self
+        k = m - n
+        d = self.grid.log_factor
+        A, B = self.rows
+        w_keep, w_out = _fold_weights(k, d)
+        a_top, a_bot = A[m + n + 1:], A[:k]
+        b_top, b_bot = B[m + n + 1:], B[:k][::-1]
+        newA = A[k: k + 2 * n + 1].copy()
+        newB = B[k: k + 2 * n + 1].copy()
+        newA[-1] += a_top @ w_keep
+        a_over = float(a_top @ w_out)
+        newA[0] += a_bot.sum()
+        newB[-1] += b_top.sum()
+        newB[0] += b_bot @ w_keep
+        b_over = float(b_bot @ w_out)
+        folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
+        err = self.error + 4.0 * k * _U * folded
+        return SplitBuckets(Grid(d, n), np.vstack([newA, newB]), self.a_inf + a_over,
+                            self.b_minf + b_over, err, self.compositions,
+                            self.overflow + max(a_over, b_over))
+
+    def compose_full(self, other: "SplitBuckets") -> "SplitBuckets":
+        """T1 x T2 with all 4n+1 indices kept (no corner folding yet)."""
+        if other.grid != self.grid:
+            raise ValueError("compose needs buckets on the same grid")
+        n = self.grid.number_of_buckets
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
+        b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf
+        err = _propagate(self.error, self.masses(), other.error, other.masses(), fft_err,
+                         np.zeros((2, 1)))
+        return SplitBuckets(Grid(self.grid.log_factor, 2 * n), z, a_inf, b_minf, err,
+                            self.compositions + other.compositions, 0.0)
+
+    def loss_moments(self):
+        """A-weighted mean and standard deviation of the loss (for grid choice)."""
+        A = self.rows[0]
+        t = self.grid.losses
+        m = A.sum()
+        if m <= 0:
+            return 0.0, 0.0
+        mean = float(A @ t / m)
+        var = float(A @ (t - mean) ** 2 / m)
+        return mean, math.sqrt(max(var, 0.0))
+
+    def needed_reach(self, tail: float) -> float:
+        """Smallest R with A-mass above R and B-mass below -R each at most ``tail``."""
+        A, B = self.rows
+        t = self.grid.losses
+        above = np.cumsum(A[::-1])[::-1]          # A-mass at indices >= i
+        below = np.cumsum(B)                      # B-mass at indices <= i
+        hi_idx = np.nonzero(above > tail)[0]
+        lo_idx = np.nonzero(below > tail)[0]
+        hi = t[hi_idx[-1]] if len(hi_idx) else 0.0
+        lo = t[lo_idx[0]] if len(lo_idx) else 0.0
+        return float(max(abs(hi), abs(lo), self.grid.log_factor))
+
     def compose(self, other: "SplitBuckets") -> "SplitBuckets":
         """T1 x T2 (Definition 4 on the split pair): one convolution per row."""
         if other.grid != self.grid:
@@ -190,9 +260,20 @@ class SplitBuckets:
 
 
 # ------------------------------------------------------------------------- grouped
+#: labels may lag a group's likelihood ratio by at most this many log-units before
+#: the group is left out of a lower bound (keeps every error weight <= e^LABEL_SLACK)
+LABEL_SLACK = 0.05
+
+
 @dataclass(frozen=True, eq=False)
 class GroupedBuckets:
-    """Groups of events by index: rows A, C = B f^i, B, D = A f^{-i} (lower bound)."""
+    """Groups of events with rows A, C = B f^i, B, D = A f^{-i} (lower bound).
+
+    The label i of a group is only a name: the bound reads each group's exact masses
+    (A_g, B_g = C_g f^{-i}).  Leaves label events by the nearest grid point and every
+    composition re-centres the kept window on the split pair's mean, so labels do not
+    drift out of range however many steps are composed.
+    """
 
     grid: Grid
     rows: np.ndarray          # (4, 2n+1)
@@ -200,30 +281,80 @@ class GroupedBuckets:
     compositions: int = 1
 
     @staticmethod
+    def leaf_grid_points(grid: Grid) -> np.ndarray:
+        """Cut points (i - 1/2) log f, i = -n+1..n: label i <=> nearest grid point."""
+        n = grid.number_of_buckets
+        return (np.arange(-n + 1, n + 1, dtype=float) - 0.5) * grid.log_factor
+
+    @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb) -> "GroupedBuckets":
+        """From masses on the K+1 = 2n+1 intervals cut by ``leaf_grid_points``."""
         t = grid.losses
-        A = a[:-1].copy()
-        B = b[:-1].copy()
-        A[-1] += a[-1]          # loss > t_n joins the top group: any grouping is valid
-        B[-1] += b[-1]
-        EA = ea[:-1].copy()
-        EB = eb[:-1].copy()
-        EA[-1] += ea[-1]
-        EB[-1] += eb[-1]
         et = np.exp(t)
-        rows = np.vstack([A, B * et, B, A / et])
-        error = np.array([EA.sum(), (EB * et).sum(), EB.sum(), (EA / et).sum()])
+        rows = np.vstack([a, b * et, b, a / et])
+        error = np.array([ea.sum(), (eb * et).sum(), eb.sum(), (ea / et).sum()])
         return GroupedBuckets(grid, rows, error * (1 + 1e-9) + 8 * _U * rows.sum(axis=1))
 
-    def compose(self, other: "GroupedBuckets") -> "GroupedBuckets":
+    def compose(self, other: "GroupedBuckets", centre: float = 0.0) -> "GroupedBuckets":
+        """Convolve, then keep 2n+1 labels around ``centre`` (a loss value)."""
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
         n = self.grid.number_of_buckets
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
-        rows = z[:, n: 3 * n + 1].copy()      # groups beyond the range are dropped
+        # labels of z run over -2n..2n; the mean label should sit near centre/log f
+        A = z[0]
+        labels = np.arange(-2 * n, 2 * n + 1, dtype=float)
+        mass = A.sum()
+        mean = float(A @ labels / mass) if mass > 0 else 0.0
+        shift = int(round(mean - centre / self.grid.log_factor))
+        shift = max(-n, min(n, shift))
+        rows = z[:, n + shift: 3 * n + 1 + shift].copy()    # groups outside are dropped
+        if shift:
+            scale = math.exp(shift * self.grid.log_factor)
+            rows[1] /= scale
+            rows[3] *= scale
         mx, my = self.rows.sum(axis=1), other.rows.sum(axis=1)
         err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((4, 1)))
+        if shift:
+            err = err * np.array([1.0, 1.0 + 4 * _U, 1.0, 1.0 + 4 * _U])
         return GroupedBuckets(self.grid, rows, err, self.compositions + other.compositions)
+
+    def padded(self, n: int) -> "GroupedBuckets":
+        k = n - self.grid.number_of_buckets
+        if k == 0:
+            return self
+        return GroupedBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
+                              self.error, self.compositions)
+
+    def compose_full(self, other: "GroupedBuckets") -> "GroupedBuckets":
+        if other.grid != self.grid:
+            raise ValueError("compose needs buckets on the same grid")
+        n = self.grid.number_of_buckets
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        err = _propagate(self.error, self.rows.sum(axis=1), other.error,
+                         other.rows.sum(axis=1), fft_err, np.zeros((4, 1)))
+        return GroupedBuckets(Grid(self.grid.log_factor, 2 * n), z, err,
+                              self.compositions + other.compositions)
+
+    def restricted(self, n: int, centre: float = 0.0) -> "GroupedBuckets":
+        """Keep 2n+1 labels around ``centre`` (a loss value); groups outside are dropped."""
+        m = self.grid.number_of_buckets
+        d = self.grid.log_factor
+        A = self.rows[0]
+        labels = np.arange(-m, m + 1, dtype=float)
+        mass = A.sum()
+        mean = float(A @ labels / mass) if mass > 0 else 0.0
+        shift = int(round(mean - centre / d))
+        shift = max(-(m - n), min(m - n, shift))
+        start = m - n + shift
+        rows = self.rows[:, start: start + 2 * n + 1].copy()
+        err = self.error
+        if shift:
+            scale = math.exp(shift * d)
+            rows[1] /= scale
+            rows[3] *= scale
+            err = err * np.array([1.0, 1.0 + 4 * _U, 1.0, 1.0 + 4 * _U])
+        return GroupedBuckets(Grid(d, n), rows, err, self.compositions)
 
     def squared(self) -> "GroupedBuckets":
         n = self.grid.number_of_buckets
@@ -286,6 +417,41 @@ class PaperBuckets:
         err = _propagate(self.error, mx, other.error, my, fft_err, folded)
         return PaperBuckets(self.grid, rows, a_inf, self.u + other.u, err,
                             self.compositions + other.compositions)
+
+    def padded(self, n: int) -> "PaperBuckets":
+        k = n - self.grid.number_of_buckets
+        if k == 0:
+            return self
+        return PaperBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
+                            self.a_inf, self.u, self.error, self.compositions)
+
+    def compose_full(self, other: "PaperBuckets") -> "PaperBuckets":
+        if other.grid != self.grid:
+            raise ValueError("compose needs buckets on the same grid")
+        n = self.grid.number_of_buckets
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
+        mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
+        my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
+        err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((3, 1)))
+        return PaperBuckets(Grid(self.grid.log_factor, 2 * n), z, a_inf, self.u + other.u,
+                            err, self.compositions + other.compositions)
+
+    def restricted(self, n: int) -> "PaperBuckets":
+        """Corner rules of Definitions 4 and 7: above n to infinity, below -n into -n."""
+        m = self.grid.number_of_buckets
+        if n >= m:
+            return self
+        k = m - n
+        d = self.grid.log_factor
+        rows = self.rows[:, k: k + 2 * n + 1].copy()
+        top = float(self.rows[0, k + 2 * n + 1:].sum())
+        bottom = self.rows[0, : k + 1].sum()
+        rows[0, 0] = bottom
+        rows[1, 0] = math.exp(-n * d)        # certified bound on the virtual term, see class doc
+        rows[2, 0] = bottom                  # l(-n) = 0
+        err = self.error + 4.0 * k * _U * np.array([top + bottom, 0.0, bottom])
+        return PaperBuckets(Grid(d, n), rows, self.a_inf + top, self.u, err, self.compositions)
 
     def squared(self) -> "PaperBuckets":
         n = self.grid.number_of_buckets

@@ -665,25 +665,43 @@ def rdp_to_delta(orders, rdp, epsilon, conversion: str = "improved") -> DeltaBou
                        notes=(f"conversion: {conversion}",))
 
 
+def _weighted_magnitude(log_terms, magnitudes, log_total):
+    """sum_i w_i M_i with w_i = exp(log_terms_i - log_total): the scale of rounding."""
+    with np.errstate(under="ignore"):
+        w = np.exp(log_terms - log_total)
+    return float(np.dot(w, magnitudes))
+
+
 def _sgm_log_a_int(q, sigma, alpha):
+    """(log A_alpha, rounding allowance) by the binomial expansion (integer alpha)."""
     i = np.arange(alpha + 1, dtype=float)
-    log_binom = (special.gammaln(alpha + 1.0) - special.gammaln(i + 1.0)
-                 - special.gammaln(alpha - i + 1.0))
-    terms = log_binom + i * math.log(q) + (alpha - i) * math.log1p(-q) \
-        + (i * i - i) / (2.0 * sigma ** 2)
-    return float(special.logsumexp(terms))
+    if alpha <= 1000:
+        log_binom = np.log(special.binom(alpha, i))   # accurate to a few ulps
+    else:
+        log_binom = (special.gammaln(alpha + 1.0) - special.gammaln(i + 1.0)
+                     - special.gammaln(alpha - i + 1.0))
+    parts = (log_binom, i * math.log(q), (alpha - i) * math.log1p(-q),
+             (i * i - i) / (2.0 * sigma ** 2))
+    terms = parts[0] + parts[1] + parts[2] + parts[3]
+    log_a = float(special.logsumexp(terms))
+    scale = np.abs(parts[0]) + np.abs(parts[1]) + np.abs(parts[2]) + parts[3]
+    if alpha > 1000:
+        scale = scale + 2.0 * special.gammaln(alpha + 1.0)
+    margin = 8.0 * _ULP * (_weighted_magnitude(terms, scale, log_a) + 1.0 + abs(log_a))
+    return log_a, margin
 
 
 def _sgm_log_a_frac(q, sigma, alpha):
-    """Mironov-Talwar-Zhang 2019 §3.3 series for fractional alpha (as in Opacus).
+    """(log A_alpha, allowance): Mironov-Talwar-Zhang 2019 §3.3 series (fractional alpha).
 
-    Terms for i > alpha alternate in sign, so after stopping the first omitted term
-    bounds the remainder; its magnitude is added to keep an upper bound.
+    Terms for i > alpha alternate in sign, so after stopping, the last computed term
+    (the series decreases there) bounds the remainder; it is added to the positive part
+    to keep an upper bound.  Opacus stops at an absolute threshold e^-30; this stops
+    40 nats below the running total, which matters when the RDP is tiny.
     """
     z0 = sigma ** 2 * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
-    pos = [-np.inf]
-    neg = [-np.inf]
+    pos_terms, pos_scale, neg_terms, neg_scale = [], [], [], []
     start, chunk = 0, 64
     while True:
         i = np.arange(start, start + chunk, dtype=float)
@@ -691,31 +709,40 @@ def _sgm_log_a_frac(q, sigma, alpha):
         with np.errstate(divide="ignore"):
             log_coef = np.log(np.abs(coef))
         j = alpha - i
-        log_t0 = log_coef + i * log_q + j * log_1mq
-        log_t1 = log_coef + j * log_q + i * log_1mq
         log_e0 = special.log_ndtr((z0 - i) / sigma)
         log_e1 = special.log_ndtr((j - z0) / sigma)
-        log_s0 = log_t0 + (i * i - i) / (2.0 * sigma ** 2) + log_e0
-        log_s1 = log_t1 + (j * j - j) / (2.0 * sigma ** 2) + log_e1
+        quad0 = (i * i - i) / (2.0 * sigma ** 2)
+        quad1 = (j * j - j) / (2.0 * sigma ** 2)
+        log_s0 = log_coef + i * log_q + j * log_1mq + quad0 + log_e0
+        log_s1 = log_coef + j * log_q + i * log_1mq + quad1 + log_e1
+        base = np.where(np.isfinite(log_coef), np.abs(log_coef), 0.0)
+        m0 = base + np.abs(i * log_q) + np.abs(j * log_1mq) + np.abs(quad0) + np.abs(log_e0)
+        m1 = base + np.abs(j * log_q) + np.abs(i * log_1mq) + np.abs(quad1) + np.abs(log_e1)
         sign = coef > 0
-        for mask, store in ((sign, pos), (~sign, neg)):
-            if mask.any():
-                store.append(float(special.logsumexp(np.concatenate([log_s0[mask],
-                                                                      log_s1[mask]]))))
+        pos_terms += [log_s0[sign], log_s1[sign]]
+        pos_scale += [m0[sign], m1[sign]]
+        neg_terms += [log_s0[~sign], log_s1[~sign]]
+        neg_scale += [m0[~sign], m1[~sign]]
         largest = np.maximum(log_s0, log_s1)
         start += chunk
-        total = float(special.logsumexp(pos))
+        total = float(special.logsumexp(np.concatenate(pos_terms)))
         if i[-1] > alpha + 2 and largest[-1] < total - 40.0 and largest[-1] <= largest[-2]:
             tail = float(np.logaddexp(log_s0[-1], log_s1[-1]))
             break
         if start > 100000:  # pragma: no cover - the series always converges far sooner
             tail = float(largest[-1]) + math.log(2.0)
             break
-    log_pos = float(special.logsumexp(pos + [tail]))
-    log_neg = float(special.logsumexp(neg))
+    p_terms, p_scale = np.concatenate(pos_terms), np.concatenate(pos_scale)
+    n_terms, n_scale = np.concatenate(neg_terms), np.concatenate(neg_scale)
+    log_pos = float(special.logsumexp(np.append(p_terms, tail)))
+    log_neg = float(special.logsumexp(n_terms)) if n_terms.size else -math.inf
+    scale = _weighted_magnitude(p_terms, p_scale, log_pos)
     if log_neg == -math.inf:
-        return log_pos
-    return log_pos + float(_log1mexp(log_neg - log_pos))
+        return log_pos, 8.0 * _ULP * (scale + 1.0 + abs(log_pos))
+    scale += _weighted_magnitude(n_terms, n_scale, log_pos)
+    log_a = log_pos + float(_log1mexp(log_neg - log_pos))
+    amplification = math.exp(log_pos - log_a)       # pos / (pos - neg)
+    return log_a, 8.0 * _ULP * (scale + 1.0 + abs(log_pos)) * amplification
 
 
 def subsampled_gaussian_rdp(noise_multiplier, sample_rate, orders) -> np.ndarray:
@@ -742,11 +769,10 @@ def subsampled_gaussian_rdp(noise_multiplier, sample_rate, orders) -> np.ndarray
             out[idx] = alpha / (2.0 * sigma ** 2)
         else:
             if float(alpha).is_integer():
-                log_a = _sgm_log_a_int(q, sigma, int(alpha))
+                log_a, margin = _sgm_log_a_int(q, sigma, int(alpha))
             else:
-                log_a = _sgm_log_a_frac(q, sigma, float(alpha))
-            # rounding allowance: a few ulps of log A_alpha (absolute 16 ulp near 0)
-            out[idx] = (log_a + 16.0 * _ULP * (1.0 + abs(log_a))) / (alpha - 1.0)
+                log_a, margin = _sgm_log_a_frac(q, sigma, float(alpha))
+            out[idx] = (log_a + margin) / (alpha - 1.0)   # with the rounding allowance
     out = np.maximum(out, 0.0)
     return float(out) if scalar else out
 

@@ -27,28 +27,42 @@ LOWER_METHODS = ("grouped", "paper")
 #: steps the automatic per-step infinity budget is sized for
 MAX_STEPS_PLANNED = 2 ** 21
 #: fraction of the target delta the infinity atoms may take in the end
-INFINITY_FRACTION = 1e-3
+INFINITY_FRACTION = 1e-4
 
 
 @dataclass(frozen=True)
 class BucketOptions:
-    """Expert overrides; ``None`` means chosen automatically (paper's vocabulary)."""
+    """Expert overrides; ``None`` means chosen automatically (paper's vocabulary).
+
+    ``number_of_buckets`` fixes n for every composition and switches to the paper's
+    squaring rule (square when a composition pushes more than ``free_infty_budget``
+    per composed step into the infinity bucket and the infinity mass grew more than
+    ``growth_factor``-fold).  Without it the grid adapts: the spacing follows the
+    spread of the composed loss (``resolution`` times its standard deviation) and n
+    follows its range, so only the buckets the precision needs are paid for.
+    """
 
     number_of_buckets: Optional[int] = None
     factor: Optional[float] = None
     free_infty_budget: Optional[float] = None
     growth_factor: float = 2.2
+    resolution: float = 0.015
+    leaf_resolution: float = 0.04
+    max_buckets: int = 2 ** 17 - 2
 
     def __post_init__(self):
         if self.number_of_buckets is not None:
             n = check_count("number_of_buckets", self.number_of_buckets, minimum=2)
             if n % 2:
-                raise ValueError(f"number_of_buckets must be even, got {n!r}")
+                raise ValueError(f"number_of_buckets must be an even integer >= 2, got {n!r}")
         if self.factor is not None:
             check_real("factor", self.factor, low=1.0, low_open=True)
         if self.free_infty_budget is not None:
             check_real("free_infty_budget", self.free_infty_budget, low=0.0, high=1.0)
         check_real("growth_factor", self.growth_factor, low=1.0, low_open=True)
+        check_real("resolution", self.resolution, low=0.0, high=1.0, low_open=True)
+        check_real("leaf_resolution", self.leaf_resolution, low=0.0, high=1.0, low_open=True)
+        check_count("max_buckets", self.max_buckets, minimum=62)
 
 
 def delta_class(delta: Optional[float]) -> float:
@@ -58,25 +72,41 @@ def delta_class(delta: Optional[float]) -> float:
     return 10.0 ** math.floor(math.log10(delta) + 1e-12)
 
 
-def default_number_of_buckets(delta_q: float) -> int:
-    """Automatic n: 2^k - 2 so that a full linear convolution fits 2^(k+2) points."""
-    return 2 ** 13 - 2
-
-
 def per_step_infinity_budget(delta_q: float) -> float:
     return INFINITY_FRACTION * delta_q / MAX_STEPS_PLANNED
 
 
-def leaf_grid(pair: MechanismPair, n: int, delta_q: float, options: BucketOptions) -> Grid:
-    """Leaf grid: spacing a power of two covering the pair's loss range at the budget."""
-    if options.factor is not None:
-        return Grid(math.log(options.factor), n)
+def buckets_for(reach: float, log_factor: float, cap: int) -> int:
+    """Even n = 2^k - 2 (a full convolution then fills a 2^(k+2) transform) covering reach."""
+    need = reach / log_factor + 2.0
+    n = 2 ** int(math.ceil(math.log2(max(need, 32.0)))) - 2
+    return int(min(n, cap))
+
+
+def leaf_grid(pair: MechanismPair, delta_q: float, options: BucketOptions) -> Grid:
+    """Leaf grid: a power-of-two spacing so that grids of different pairs align."""
     lo, hi = pair.loss_range(per_step_infinity_budget(delta_q))
-    reach = max(abs(lo), abs(hi), 1e-12)
-    step = 2.0 ** math.ceil(math.log2(reach / n))
-    while n * step > MAX_LOSS_RANGE:
-        step /= 2.0
-    return Grid(step, n)
+    reach = max(abs(lo), abs(hi), 1e-9)
+    if options.factor is not None:
+        step = math.log(options.factor)
+        n = options.number_of_buckets or buckets_for(reach, step, options.max_buckets)
+        return Grid(step, n)
+    if options.number_of_buckets is not None:
+        n = options.number_of_buckets
+        step = 2.0 ** math.ceil(math.log2(reach / n))
+        while n * step > MAX_LOSS_RANGE:
+            step /= 2.0
+        return Grid(step, n)
+    # probe the spread of the loss on a coarse grid, then refine to the resolution
+    probe_step = 2.0 ** math.ceil(math.log2(reach / 1022))
+    probe = SplitBuckets.from_masses(Grid(probe_step, 1022),
+                                     *pair.bucket_masses_with_error(Grid(probe_step, 1022).losses))
+    _, spread = probe.loss_moments()
+    step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
+    step = min(step, probe_step)
+    while reach / step + 2 > options.max_buckets:
+        step *= 2.0
+    return Grid(step, buckets_for(reach, step, options.max_buckets))
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,7 +127,10 @@ class BucketSet:
         t = grid.losses
         masses = pair.bucket_masses_with_error(t)
         split = SplitBuckets.from_masses(grid, *masses)
-        grouped = GroupedBuckets.from_masses(grid, *masses) if "grouped" in methods else None
+        grouped = None
+        if "grouped" in methods:
+            cuts = GroupedBuckets.leaf_grid_points(grid)
+            grouped = GroupedBuckets.from_masses(grid, *pair.bucket_masses_with_error(cuts))
         paper = None
         if "paper" in methods:
             mirrored = pair.mirrored().bucket_masses_with_error(t)
@@ -105,10 +138,27 @@ class BucketSet:
                      PaperBuckets.from_masses(grid, *mirrored))
         return BucketSet(grid, split, grouped, paper)
 
+    def _map(self, grid, f_split, f_grouped, f_paper) -> "BucketSet":
+        return BucketSet(grid, f_split(self.split),
+                         f_grouped(self.grouped) if self.grouped is not None else None,
+                         tuple(f_paper(p) for p in self.paper) if self.paper else None)
+
     def squared(self) -> "BucketSet":
-        return BucketSet(self.grid.squared(), self.split.squared(),
-                         self.grouped.squared() if self.grouped is not None else None,
-                         tuple(p.squared() for p in self.paper) if self.paper else None)
+        return self._map(self.grid.squared(), lambda s: s.squared(), lambda g: g.squared(),
+                         lambda p: p.squared())
+
+    def padded(self, n: int) -> "BucketSet":
+        if n == self.grid.number_of_buckets:
+            return self
+        return self._map(Grid(self.grid.log_factor, n), lambda s: s.padded(n),
+                         lambda g: g.padded(n), lambda p: p.padded(n))
+
+    def restricted(self, n: int) -> "BucketSet":
+        if n >= self.grid.number_of_buckets:
+            return self
+        mean, _ = self.split.loss_moments()
+        return self._map(Grid(self.grid.log_factor, n), lambda s: s.restricted(n),
+                         lambda g: g.restricted(n, mean), lambda p: p.restricted(n))
 
     def coarsened_to(self, log_factor: float) -> "BucketSet":
         out = self
@@ -118,29 +168,49 @@ class BucketSet:
 
     def can_square(self) -> bool:
         g = self.grid
-        return g.number_of_buckets * g.log_factor * 2.0 <= MAX_LOSS_RANGE
+        return g.number_of_buckets * g.log_factor * 4.0 <= MAX_LOSS_RANGE
 
-    def compose(self, other: "BucketSet", budget_per_step: float, growth: float) -> "BucketSet":
-        x, y = self, other
-        target = max(x.grid.log_factor, y.grid.log_factor)
-        same = x is y
-        x = x.coarsened_to(target)
-        y = x if same else y.coarsened_to(target)
+    def compose_full(self, other: "BucketSet", same: bool) -> "BucketSet":
+        o = self if same else other
+        grid = Grid(self.grid.log_factor, 2 * self.grid.number_of_buckets)
+        return BucketSet(
+            grid, self.split.compose_full(o.split),
+            self.grouped.compose_full(o.grouped) if self.grouped is not None else None,
+            tuple(p.compose_full(q) for p, q in zip(self.paper, o.paper)) if self.paper else None)
+
+
+def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
+                 options: BucketOptions) -> BucketSet:
+    """x * y on a common grid, with the squaring and range policy of ``options``."""
+    same = x is y
+    target = max(x.grid.log_factor, y.grid.log_factor)
+    x = x.coarsened_to(target)
+    y = x if same else y.coarsened_to(target)
+    n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
+    x = x.padded(n)
+    y = x if same else y.padded(n)
+    if options.number_of_buckets is not None:
+        # the paper's rule on a fixed number of buckets
         while True:
-            split = x.split.compose(y.split)
-            inf_before = max(x.split.a_inf, x.split.b_minf) + max(y.split.a_inf, y.split.b_minf)
-            inf_after = max(split.a_inf, split.b_minf)
-            too_much = (split.overflow > budget_per_step * split.compositions
-                        and inf_after > 0.5 * growth * inf_before)
-            if too_much and x.can_square():
+            z = x.compose_full(y, same).restricted(n)
+            inf_before = (max(x.split.a_inf, x.split.b_minf) + max(y.split.a_inf, y.split.b_minf))
+            inf_after = max(z.split.a_inf, z.split.b_minf)
+            if (z.split.overflow > budget_per_step * z.compositions
+                    and inf_after > 0.5 * options.growth_factor * inf_before and x.can_square()):
                 x = x.squared()
                 y = x if same else y.squared()
                 continue
-            break
-        grouped = x.grouped.compose(y.grouped) if x.grouped is not None else None
-        paper = (tuple(px.compose(py) for px, py in zip(x.paper, y.paper))
-                 if x.paper is not None else None)
-        return BucketSet(x.grid, split, grouped, paper)
+            return z
+    z = x.compose_full(y, same)
+    tail = budget_per_step * z.compositions
+    _, spread = z.split.loss_moments()
+    while (2.0 * z.grid.log_factor <= options.resolution * spread and z.can_square()):
+        z = z.squared()
+    reach = z.split.needed_reach(tail)
+    while reach / z.grid.log_factor + 2 > options.max_buckets and z.can_square():
+        z = z.squared()
+    n_out = buckets_for(reach, z.grid.log_factor, options.max_buckets)
+    return z.restricted(min(n_out, z.grid.number_of_buckets))
 
 
 def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:
@@ -172,17 +242,16 @@ class Composer:
 
     def __init__(self, options: BucketOptions = BucketOptions(), cache_size: int = 48):
         self.options = options
-        self._powers: Dict[tuple, list] = {}
+        self._powers: "OrderedDict[tuple, list]" = OrderedDict()
         self._prefix: "OrderedDict[tuple, BucketSet]" = OrderedDict()
         self._cache_size = cache_size
 
     # -- configuration ---------------------------------------------------------------
     def _config(self, delta: Optional[float], methods: FrozenSet[str]):
         dq = delta_class(delta)
-        n = self.options.number_of_buckets or default_number_of_buckets(dq)
         budget = (self.options.free_infty_budget if self.options.free_infty_budget is not None
                   else per_step_infinity_budget(dq))
-        return dq, n, budget, methods
+        return dq, budget, methods
 
     def _remember(self, key, value):
         self._prefix[key] = value
@@ -191,15 +260,17 @@ class Composer:
             self._prefix.popitem(last=False)
 
     def _power(self, pair, k: int, cfg) -> BucketSet:
-        dq, n, budget, methods = cfg
+        dq, budget, methods = cfg
         key = (pair, cfg)
         chain = self._powers.get(key)
         if chain is None:
-            chain = [BucketSet.leaf(pair, leaf_grid(pair, n, dq, self.options), methods)]
+            chain = [BucketSet.leaf(pair, leaf_grid(pair, dq, self.options), methods)]
             self._powers[key] = chain
+            while len(self._powers) > self._cache_size // 4:
+                self._powers.pop(next(iter(self._powers)))
         while len(chain) <= k:
             last = chain[-1]
-            chain.append(last.compose(last, budget, self.options.growth_factor))
+            chain.append(compose_sets(last, last, budget, self.options))
         return chain[k]
 
     def _segment(self, pair, count: int, cfg) -> BucketSet:
@@ -213,8 +284,8 @@ class Composer:
                 self._prefix.move_to_end(key)
                 continue
             power = self._power(pair, b, cfg)
-            result = power if result is None else result.compose(
-                power, cfg[2], self.options.growth_factor)
+            result = power if result is None else compose_sets(
+                result, power, cfg[1], self.options)
             self._remember(key, result)
         return result
 
@@ -236,7 +307,7 @@ class Composer:
                 self._prefix.move_to_end(key)
                 continue
             seg = self._segment(pair, count, cfg)
-            result = seg if result is None else result.compose(
-                seg, cfg[2], self.options.growth_factor)
+            result = seg if result is None else compose_sets(
+                result, seg, cfg[1], self.options)
             self._remember(key, result)
         return result

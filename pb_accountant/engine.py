@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ._validation import check_delta, check_real
+from .buckets import LABEL_SLACK
 from .composition import (BucketOptions, BucketSet, Composer, canonical_history,
                           delta_class)
 from .convolution import UNIT_ROUNDOFF
@@ -113,13 +114,16 @@ class PrivacyBuckets:
         if bs.grouped is not None:
             gA, gC, gB, gD = bs.grouped.rows
             e = bs.grouped.error
-            qa = gC * np.exp(-t)
-            qb = gD * np.exp(t)
-            th_a = np.minimum(t, t + _log(gA) - _log(gC))
-            th_b = np.minimum(-t + d, -t + _log(gB) - _log(gD))
+            k = LABEL_SLACK
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                qa = gC * np.exp(-t)
+                qb = gD * np.exp(t)
+                th_a = np.minimum(t + k, t + _log(gA) - _log(gC))
+                th_b = np.minimum(-t + k, -t + _log(gB) - _log(gD))
+            w = math.exp(k)
             self._lower["grouped"] = [
-                ThresholdSum.build(th_a, gA, qa, -(e[0] + e[1]), False),
-                ThresholdSum.build(th_b, gB, qb, -(e[2] + f * e[3]), False)]
+                ThresholdSum.build(np.nan_to_num(th_a, nan=-np.inf), gA, qa, -(e[0] + w * e[1]), False),
+                ThresholdSum.build(np.nan_to_num(th_b, nan=-np.inf), gB, qb, -(e[2] + w * e[3]), False)]
         if bs.paper is not None:
             self._upper["paper"] = [_PaperUpper(p) for p in bs.paper]
             lows = []
@@ -247,7 +251,7 @@ def compose(sequence, *, delta: Optional[float] = None,
             methods: Sequence[str] = DEFAULT_METHODS,
             number_of_buckets: Optional[int] = None, factor: Optional[float] = None,
             free_infty_budget: Optional[float] = None, growth_factor: float = 2.2,
-            composer: Optional[Composer] = None) -> PrivacyBuckets:
+            resolution: float = 0.015, leaf_resolution: float = 0.04, composer: Optional[Composer] = None) -> PrivacyBuckets:
     """Compose ``[(mechanism_pair, count), ...]`` and return certified bounds.
 
     ``delta`` sizes the grid so that the infinity atoms stay far below it; bounds for
@@ -257,7 +261,8 @@ def compose(sequence, *, delta: Optional[float] = None,
     """
     if delta is not None:
         delta = check_delta(delta)
-    options = BucketOptions(number_of_buckets, factor, free_infty_budget, growth_factor)
+    options = BucketOptions(number_of_buckets, factor, free_infty_budget, growth_factor,
+                            resolution, leaf_resolution)
     composer = composer or Composer(options)
     history = canonical_history(sequence)
     return PrivacyBuckets(composer.compose(history, delta, methods), delta)

@@ -228,7 +228,7 @@ class SubsampledGaussian(MechanismPair):
         return a, b, (1.0 - q) * eb + q * ea1 + 2 * _U * a, eb
 
     def _loss_range(self, tail):
-        z = float(special.ndtri(1.0 - tail)) if tail > 1e-300 else 38.0
+        z = float(-special.ndtri(max(tail, 1e-300)))
         s = self.noise_multiplier
         hi = float(self._loss_of_x(1.0 + s * z))
         lo = float(self._loss_of_x(-s * z))
@@ -292,7 +292,7 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
                 normal_interval_error(*zb, b) / Z + rel_z * b)
 
     def _loss_range(self, tail):
-        z = float(special.ndtri(1.0 - tail)) if tail > 1e-300 else 38.0
+        z = float(-special.ndtri(max(tail, 1e-300)))
         s, sd = self.sensitivity, self.sigma
         hi = (s * (s + sd * z) - 0.5 * s * s) / (sd * sd)
         if self.truncation is not None:

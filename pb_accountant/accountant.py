@@ -1,0 +1,173 @@
+"""``PrivacyBucketsAccountant``: a drop-in for Opacus's "prv"/"rdp" accountants.
+
+A thin stateful wrapper over the engine (DESIGN.md §6): ``history`` holds
+``(noise_multiplier, sample_rate, num_steps)`` entries exactly as Opacus's accountants
+do; every query is a pure function of it.  Composed binary powers and composed prefixes
+are cached, so a training loop that asks for epsilon every epoch pays only for the
+steps added since its last question, and gets bit-identical answers to a fresh
+accountant (or one restored from ``state_dict``) given the same history.
+
+Importing this module does not import torch or opacus; with opacus installed the class
+is registered as the mechanism "pb" and as a virtual subclass of ``IAccountant``.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import OrderedDict
+from copy import deepcopy
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+from ._validation import check_count, check_delta, check_epsilon, check_real
+from .composition import BucketOptions, Composer
+from .engine import PrivacyBuckets
+from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
+from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
+
+MECHANISM = "pb"
+
+
+def _validate_step(noise_multiplier, sample_rate, where: str = "") -> Tuple[float, float]:
+    sigma = check_real(f"{where}noise_multiplier", noise_multiplier, low=0.0)
+    q = check_real(f"{where}sample_rate", sample_rate, low=0.0, high=1.0)
+    return sigma, q
+
+
+def step_pair(noise_multiplier: float, sample_rate: float) -> Optional[MechanismPair]:
+    """The worst-case pair of one DP-SGD step (None when the step costs nothing).
+
+    sample_rate = 0 never touches the data; noise_multiplier = 0 reveals the sampled
+    example, a pair with distinguishing mass q (so epsilon is inf below delta = q).
+    """
+    if sample_rate == 0.0:
+        return None
+    if noise_multiplier == 0.0:
+        return DiscretePair((1.0 - sample_rate, sample_rate), (1.0, 0.0))
+    return SubsampledGaussian(noise_multiplier, sample_rate)
+
+
+class PrivacyBucketsAccountant:
+    """Opacus accountant with certified upper and lower epsilon (privacy buckets).
+
+    ``get_epsilon(delta)`` returns the certified upper bound (what Opacus expects);
+    ``get_epsilon_bounds(delta)`` returns both bounds.  Keyword options are expert
+    overrides of the engine (paper's vocabulary): ``number_of_buckets``, ``factor``,
+    ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``.
+    """
+
+    def __init__(self, **options: Any):
+        self.history: List[Tuple[float, float, int]] = []
+        self.options = BucketOptions(**options)
+        self._composer = Composer(self.options)
+
+    # -- the Opacus contract ----------------------------------------------------------
+    @classmethod
+    def mechanism(cls) -> str:
+        return MECHANISM
+
+    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
+        """Record one optimisation step (validated before the history changes)."""
+        sigma, q = _validate_step(noise_multiplier, sample_rate)
+        if self.history:
+            last_sigma, last_q, count = self.history[-1]
+            if last_sigma == sigma and last_q == q:
+                self.history[-1] = (last_sigma, last_q, int(count) + 1)
+                return
+        self.history.append((sigma, q, 1))
+
+    def __len__(self) -> int:
+        """Number of optimisation steps recorded (not of history entries)."""
+        return int(sum(int(entry[2]) for entry in self.history))
+
+    def get_epsilon(self, delta: float, *args: Any, **kwargs: Any) -> float:
+        """Certified upper bound on epsilon at ``delta``; unknown keywords are ignored."""
+        return self._bounds(delta, lower=False).upper
+
+    def get_optimizer_hook_fn(self, sample_rate: float) -> Callable[[Any], None]:
+        def hook_fn(optim) -> None:
+            self.step(noise_multiplier=optim.noise_multiplier,
+                      sample_rate=sample_rate * optim.accumulated_iterations)
+
+        return hook_fn
+
+    def state_dict(self, destination: Optional[Mapping] = None):
+        if destination is None:
+            destination = OrderedDict()
+        destination["history"] = deepcopy(self.history)
+        destination["mechanism"] = self.mechanism()
+        return destination
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        if state_dict is None or len(state_dict) == 0:
+            raise ValueError("state dict is either None or empty and hence cannot be loaded"
+                             " into Privacy Accountant.")
+        if "history" not in state_dict.keys():
+            raise ValueError("state_dict does not have the key `history`."
+                             " Cannot be loaded into Privacy Accountant.")
+        if "mechanism" not in state_dict.keys():
+            raise ValueError("state_dict does not have the key `mechanism`."
+                             " Cannot be loaded into Privacy Accountant.")
+        if self.mechanism() != state_dict["mechanism"]:
+            raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
+                             f" Privacy Accountant with mechanism {self.mechanism()}")
+        history = [tuple(entry) for entry in state_dict["history"]]
+        self._pairs(history)          # validate before replacing anything
+        self.history = history
+
+    # -- more than Opacus gives ---------------------------------------------------------
+    def get_epsilon_bounds(self, delta: float) -> EpsilonBounds:
+        """Certified lower and upper bounds on epsilon at ``delta``."""
+        return self._bounds(delta, lower=True)
+
+    def get_delta(self, epsilon: float) -> float:
+        """Certified upper bound on delta at ``epsilon``."""
+        return self.get_delta_bounds(epsilon).upper
+
+    def get_delta_bounds(self, epsilon) -> DeltaBounds:
+        """Certified bounds on delta at one epsilon or an array of them."""
+        return self._engine(None, lower=True).delta_bounds(epsilon)
+
+    def get_privacy_curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
+        """The eps-delta curve with both certified bounds."""
+        return self._engine(None, lower=True).curve(epsilons, num)
+
+    def epsilon_after(self, delta: float, *, noise_multiplier: float, sample_rate: float,
+                      num_steps: int = 1) -> EpsilonBounds:
+        """Bounds the history would have after ``num_steps`` more steps (no state change)."""
+        sigma, q = _validate_step(noise_multiplier, sample_rate)
+        k = check_count("num_steps", num_steps, minimum=0)
+        history = list(self.history) + ([(sigma, q, k)] if k else [])
+        return self._bounds(delta, lower=False, history=history)
+
+    # -- internals ------------------------------------------------------------------------
+    def _pairs(self, history) -> List[Tuple[MechanismPair, int]]:
+        out = []
+        for i, entry in enumerate(history):
+            try:
+                sigma, q, count = entry
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), "
+                    f"got {entry!r}") from None
+            sigma, q = _validate_step(sigma, q, where=f"history[{i}] ")
+            count = check_count(f"history[{i}] num_steps", count)
+            pair = step_pair(sigma, q)
+            if pair is not None and count:
+                out.append((pair, count))
+        return out
+
+    def _engine(self, delta: Optional[float], lower: bool, history=None) -> PrivacyBuckets:
+        pairs = self._pairs(self.history if history is None else history)
+        methods = ("split", "grouped") if lower else ("split",)
+        return PrivacyBuckets(self._composer.compose(pairs, delta, methods), delta)
+
+    def _bounds(self, delta: float, lower: bool, history=None) -> EpsilonBounds:
+        delta = check_delta(delta)
+        engine = self._engine(delta, lower, history)
+        try:
+            return engine.epsilon_bounds(delta)
+        except (ArithmeticError, MemoryError, RuntimeError) as exc:  # never crash training
+            warnings.warn(f"pb accountant could not certify epsilon ({exc!r}); reporting inf",
+                          RuntimeWarning)
+            return EpsilonBounds(delta, 0.0, math.inf, "none", None,
+                                 (f"internal failure: {exc!r}",))
