@@ -110,7 +110,11 @@ class PrivacyBucketsAccountant:
         if self.mechanism() != state_dict["mechanism"]:
             raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
                              f" Privacy Accountant with mechanism {self.mechanism()}")
-        history = [tuple(entry) for entry in state_dict["history"]]
+        raw = state_dict["history"]
+        if not isinstance(raw, (list, tuple)):
+            raise ValueError(f"state_dict['history'] must be a list of (noise_multiplier, "
+                             f"sample_rate, num_steps) entries, got {raw!r}")
+        history = [tuple(entry) if isinstance(entry, (list, tuple)) else entry for entry in raw]
         self._pairs(history)          # validate before replacing anything
         self.history = history
 
@@ -141,6 +145,9 @@ class PrivacyBucketsAccountant:
 
     # -- internals ------------------------------------------------------------------------
     def _pairs(self, history) -> List[Tuple[MechanismPair, int]]:
+        if not isinstance(history, (list, tuple)):
+            raise ValueError("history must be a list of (noise_multiplier, sample_rate, "
+                             f"num_steps) entries, got {history!r}")
         out = []
         for i, entry in enumerate(history):
             try:

@@ -425,10 +425,28 @@ class PaperBuckets:
         return PaperBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
                             self.a_inf, self.u, self.error, self.compositions)
 
+    def tamed(self) -> "PaperBuckets":
+        """Keep the EC rows inside floating-point range.
+
+        Misplacement drifts indices upward (u grows with every composition), so after
+        many steps f^i B-masses can overflow.  Then the real term falls back to l = 0
+        (Definition 5 for those buckets: still sound, Lemma 12 holds trivially) and
+        the virtual term to its bound f^i (B-mass <= 1), which only lowers the bound.
+        """
+        A, V, R = self.rows
+        if max(float(V.max()), float(R.max())) < 1e100:
+            return self
+        rows = np.vstack([A, np.minimum(np.maximum(V, A), np.exp(np.minimum(
+            self.grid.losses, 600.0))), A])
+        rows[1] = np.where(V > 1e100, np.exp(np.minimum(self.grid.losses, 600.0)), rows[1])
+        err = np.array([self.error[0], self.error[1], self.error[0]])
+        return PaperBuckets(self.grid, rows, self.a_inf, self.u, err, self.compositions)
+
     def compose_full(self, other: "PaperBuckets") -> "PaperBuckets":
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
         n = self.grid.number_of_buckets
+        self, other = self.tamed(), other.tamed()
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])

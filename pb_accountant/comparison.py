@@ -236,8 +236,7 @@ def adaptive_composition(epsilon, delta, compositions) -> EpsilonBounds:
 
 
 def _advanced_eps(eps, r, delta_slack, variant):
-    with np.errstate(over="ignore"):
-        growth = math.expm1(eps) if eps < 709.0 else math.inf
+    growth = math.expm1(eps) if eps < 709.0 else math.inf
     drift = r * eps * growth
     if variant == "dr16":
         drift /= 2.0
@@ -285,8 +284,8 @@ def advanced_composition_epsilon(epsilon, delta, compositions, target_delta,
     naive = float(_mul_up(float(r), eps))
     if spent > target:
         return EpsilonBounds(delta=target, lower=0.0, upper=math.inf, method="advanced",
-                             notes=("compositions * delta exceeds target_delta: no "
-                                    "composition theorem certifies it",))
+                             notes=("compositions * delta exceeds target_delta: neither "
+                                    "naive nor advanced composition certifies it",))
     slack = (target - spent) * (1.0 - 4.0 * _ULP)
     if slack <= 0.0:
         return EpsilonBounds(delta=target, lower=0.0, upper=naive, method="advanced",
@@ -362,10 +361,11 @@ def _kov_log_delta_prime(log_di, log_keep0, delta0_zero):
 
 
 def _kov_base_log_delta(log_binom, r, eps0, delta0, targets, interpolate):
-    """log upper bound on delta(target) from one base pair; also #uncertified targets."""
+    """log upper bound on delta(target) from one base pair, and the mask of targets
+    below every grid point (left at delta = 1 when not interpolating)."""
     half = r // 2
     if delta0 >= 1.0:
-        return np.zeros(targets.shape), 0
+        return np.zeros(targets.shape), np.ones(targets.shape, dtype=bool)
     log_keep0 = r * math.log1p(-delta0)
     i_star = _kov_index(r, eps0, targets)
     feasible = i_star <= half
@@ -374,7 +374,7 @@ def _kov_base_log_delta(log_binom, r, eps0, delta0, targets, interpolate):
     log_di = _kov_log_delta_i(log_binom, eps0, r, i_max)
     log_dp = _kov_log_delta_prime(log_di, log_keep0, delta0 == 0.0)
     result = log_dp[i_f]
-    n_uncertified = 0
+    uncertified = np.zeros(targets.shape, dtype=bool)
     if interpolate and eps0 > 0.0:
         # delta(eps) is convex in e^eps (a supremum of affine functions of e^eps), so it
         # lies below the chord between the certified grid points (r-2i)eps0 <= eps and
@@ -401,9 +401,9 @@ def _kov_base_log_delta(log_binom, r, eps0, delta0, targets, interpolate):
             result = result.copy()
             result[outer] = np.log1p(-frac * -np.expm1(top))
     else:
-        n_uncertified = int((~feasible).sum())
+        uncertified = ~feasible
         result = np.where(feasible, result, 0.0)
-    return np.minimum(result, 0.0), n_uncertified
+    return np.minimum(result, 0.0), uncertified
 
 
 def _kov_curve_impl(eps0s, delta0s, r, targets, interpolate):
@@ -412,14 +412,14 @@ def _kov_curve_impl(eps0s, delta0s, r, targets, interpolate):
     best = np.zeros(flat.shape)          # log of the best upper bound so far (log 1 = 0)
     n_need = r // 2 + 1
     log_binom = _kov_log_binom(r, n_need)
-    uncertified = flat.size
+    uncertified = np.ones(flat.shape, dtype=bool)
     for eps0, delta0 in zip(eps0s.tolist(), delta0s.tolist()):
         if delta0 >= 1.0:
             continue
         if delta0 > 0.0 and flat.size and _log1mexp(r * math.log1p(-delta0)) >= best.max():
             continue   # 1 - (1 - delta0)^r is already above every current bound
-        log_d, n_unc = _kov_base_log_delta(log_binom, r, eps0, delta0, flat, interpolate)
-        uncertified = min(uncertified, n_unc)
+        log_d, unc = _kov_base_log_delta(log_binom, r, eps0, delta0, flat, interpolate)
+        uncertified &= unc
         best = np.minimum(best, log_d)
     # delta(eps) is non-increasing: a bound certified at a smaller eps holds at larger eps.
     if flat.size:
@@ -428,7 +428,7 @@ def _kov_curve_impl(eps0s, delta0s, r, targets, interpolate):
         best = np.empty_like(best)
         best[order] = best_sorted
     notes = ()
-    if uncertified and not interpolate:
+    if uncertified.any() and not interpolate:
         notes = ("some targets lie below every (r - 2i) eps0 grid point: delta = 1 there",)
     return _exp_upper(best).reshape(shape), notes
 
@@ -452,7 +452,7 @@ def kov_delta(epsilon0, delta0, compositions, epsilon, *, interpolate: bool = Tr
     grid values (delta = 1, with a note, below the smallest grid point).
 
     Computed in log space (log-binomials via betaln, logaddexp.accumulate, log1p/expm1)
-    with a rounding allowance, for r up to 10**7 and eps0 up to ~700.
+    with a rounding allowance, for r up to 10**7 and any finite eps0.
     """
     e0, d0 = _check_kov_base(epsilon0, delta0)
     r = _count("compositions", compositions, maximum=_MAX_KOV_COMPOSITIONS)
@@ -537,7 +537,8 @@ def kov_curve(base_epsilons, base_deltas, compositions, epsilons, *,
 # 3. Renyi DP (paper §5.7)
 # --------------------------------------------------------------------------------------
 
-def renyi_divergence(losses, probabilities_a, orders, infinity_mass=0.0) -> np.ndarray:
+def renyi_divergence(losses, probabilities_a, orders, infinity_mass=0.0
+                     ) -> "float | np.ndarray":
     """Renyi divergence D_alpha(A || B) of a discrete privacy-loss distribution.
 
     ``losses[i]`` = log(P_A(i) / P_B(i)) of atom i, ``probabilities_a[i]`` = P_A(i);
@@ -558,8 +559,8 @@ def renyi_divergence(losses, probabilities_a, orders, infinity_mass=0.0) -> np.n
     inf_mass = _real("infinity_mass", infinity_mass, low=0.0, high=1.0)
     pos = p > 0
     if (pos & np.isneginf(L)).any():
-        raise ValueError("losses must not be -inf where probabilities_a > 0 "
-                         "(a loss of -inf means P_A = 0)")
+        raise ValueError(f"losses must be > -inf where probabilities_a > 0 (a loss of -inf "
+                         f"means P_A = 0), got losses={losses!r}")
     inf_mass = inf_mass + float(p[pos & np.isposinf(L)].sum())
     keep = pos & np.isfinite(L)
     L, p = L[keep], p[keep]
@@ -657,7 +658,8 @@ def rdp_to_delta(orders, rdp, epsilon, conversion: str = "improved") -> DeltaBou
                 log_d = log_d + (a_f - 1.0) * np.log1p(-1.0 / a_f) - np.log(a_f)
         log_d = np.where(np.isposinf(e), -np.inf, log_d)
         low = log_d.min(axis=1)
-        best = low + 8.0 * _ULP * (1.0 + np.abs(low))
+        with np.errstate(invalid="ignore"):
+            best = np.where(np.isfinite(low), low + 8.0 * _ULP * (1.0 + np.abs(low)), low)
         up = _exp_upper(np.where(np.isnan(best), -np.inf, best)).reshape(eps.shape)
     return DeltaBounds(epsilon=_scalar_or_array(eps, scalar),
                        lower=_scalar_or_array(np.zeros_like(up), scalar),
@@ -694,14 +696,16 @@ def _sgm_log_a_int(q, sigma, alpha):
 def _sgm_log_a_frac(q, sigma, alpha):
     """(log A_alpha, allowance): Mironov-Talwar-Zhang 2019 §3.3 series (fractional alpha).
 
-    Terms for i > alpha alternate in sign, so after stopping, the last computed term
-    (the series decreases there) bounds the remainder; it is added to the positive part
-    to keep an upper bound.  Opacus stops at an absolute threshold e^-30; this stops
-    40 nats below the running total, which matters when the RDP is tiny.
+    For i > alpha the terms alternate in sign and (eventually) decrease, so once the
+    last terms are 33 nats below the running total the remainder is bounded by the last
+    computed term; that bound is added to the positive part to keep an upper bound.
+    (Opacus stops at an absolute e^-30 and drops the remainder.)
     """
     z0 = sigma ** 2 * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
+    two_s2 = 2.0 * sigma ** 2
     pos_terms, pos_scale, neg_terms, neg_scale = [], [], [], []
+    log_running = -math.inf
     start, chunk = 0, 64
     while True:
         i = np.arange(start, start + chunk, dtype=float)
@@ -711,8 +715,8 @@ def _sgm_log_a_frac(q, sigma, alpha):
         j = alpha - i
         log_e0 = special.log_ndtr((z0 - i) / sigma)
         log_e1 = special.log_ndtr((j - z0) / sigma)
-        quad0 = (i * i - i) / (2.0 * sigma ** 2)
-        quad1 = (j * j - j) / (2.0 * sigma ** 2)
+        quad0 = (i * i - i) / two_s2
+        quad1 = (j * j - j) / two_s2
         log_s0 = log_coef + i * log_q + j * log_1mq + quad0 + log_e0
         log_s1 = log_coef + j * log_q + i * log_1mq + quad1 + log_e1
         base = np.where(np.isfinite(log_coef), np.abs(log_coef), 0.0)
@@ -723,14 +727,18 @@ def _sgm_log_a_frac(q, sigma, alpha):
         pos_scale += [m0[sign], m1[sign]]
         neg_terms += [log_s0[~sign], log_s1[~sign]]
         neg_scale += [m0[~sign], m1[~sign]]
-        largest = np.maximum(log_s0, log_s1)
+        if sign.any():
+            log_running = float(np.logaddexp(
+                log_running, special.logsumexp(np.concatenate([log_s0[sign], log_s1[sign]]))))
         start += chunk
-        total = float(special.logsumexp(np.concatenate(pos_terms)))
-        if i[-1] > alpha + 2 and largest[-1] < total - 40.0 and largest[-1] <= largest[-2]:
-            tail = float(np.logaddexp(log_s0[-1], log_s1[-1]))
+        chunk = min(2 * chunk, 1 << 16)
+        last = float(np.logaddexp(log_s0[-1], log_s1[-1]))
+        decreasing = log_s0[-1] <= log_s0[-2] and log_s1[-1] <= log_s1[-2]
+        if i[-1] > alpha + 2 and decreasing and last < log_running - 33.0:
+            tail = last
             break
-        if start > 100000:  # pragma: no cover - the series always converges far sooner
-            tail = float(largest[-1]) + math.log(2.0)
+        if start > 10 ** 7:  # pragma: no cover - the series converges far sooner
+            tail = last + math.log(float(start))
             break
     p_terms, p_scale = np.concatenate(pos_terms), np.concatenate(pos_scale)
     n_terms, n_scale = np.concatenate(neg_terms), np.concatenate(neg_scale)
@@ -745,7 +753,7 @@ def _sgm_log_a_frac(q, sigma, alpha):
     return log_a, 8.0 * _ULP * (scale + 1.0 + abs(log_pos)) * amplification
 
 
-def subsampled_gaussian_rdp(noise_multiplier, sample_rate, orders) -> np.ndarray:
+def subsampled_gaussian_rdp(noise_multiplier, sample_rate, orders) -> "float | np.ndarray":
     """RDP of one step of the Poisson-subsampled Gaussian mechanism (sensitivity 1).
 
     Mironov, Talwar & Zhang 2019 ("Renyi DP of the Sampled Gaussian Mechanism") §3.3,
@@ -802,19 +810,21 @@ def _minimise_over_order(fun, extra=()):
     optimiser's accuracy; it is the value at an alpha that was actually evaluated.
     """
     grid = np.concatenate([_ORDER_GRID, np.asarray(extra, dtype=float)])
-    grid = grid[np.isfinite(grid) & (grid > 1.0)]
+    grid = np.unique(grid[np.isfinite(grid) & (grid > 1.0)])
     with np.errstate(all="ignore"):
         vals = fun(grid)
     vals = np.where(np.isnan(vals), np.inf, vals)
     k = int(np.argmin(vals))
     best_val, best_a = float(vals[k]), float(grid[k])
-    if k < _ORDER_GRID.size and np.isfinite(best_val):
-        lo = math.log(_ORDER_GRID[max(k - 1, 0)] - 1.0)
-        hi = math.log(_ORDER_GRID[min(k + 1, _ORDER_GRID.size - 1)] - 1.0)
+    if np.isfinite(best_val):
+        lo = math.log(grid[max(k - 1, 0)] - 1.0)
+        hi = math.log(grid[min(k + 1, grid.size - 1)] - 1.0)
         if hi > lo:
+            def along(t):
+                return float(fun(np.array([1.0 + math.exp(t)]))[0])
+
             with np.errstate(all="ignore"):
-                res = optimize.minimize_scalar(lambda t: float(fun(np.array([1.0 + math.exp(t)]))[0]),
-                                               bounds=(lo, hi), method="bounded",
+                res = optimize.minimize_scalar(along, bounds=(lo, hi), method="bounded",
                                                options={"xatol": 1e-10})
             a_opt = 1.0 + math.exp(float(res.x))
             if a_opt > 1.0:
@@ -1047,8 +1057,7 @@ def gaussian_cdp(noise_multiplier, sensitivity=1.0) -> CDPParams:
 def pure_dp_cdp(epsilon0) -> CDPParams:
     """Any eps0-DP mechanism is (eps0 (e^eps0 - 1)/2, eps0)-CDP (DR16 Theorem 3.5)."""
     e = _real("epsilon0", epsilon0, low=0.0)
-    with np.errstate(over="ignore"):
-        mu = e * math.expm1(e) / 2.0 if e < 709.0 else math.inf
+    mu = e * math.expm1(e) / 2.0 if e < 709.0 else math.inf
     return CDPParams(mu=float(_up(mu)), tau=e, notes=("DR16 Theorem 3.5",))
 
 

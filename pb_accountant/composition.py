@@ -97,13 +97,11 @@ def leaf_grid(pair: MechanismPair, delta_q: float, options: BucketOptions) -> Gr
         while n * step > MAX_LOSS_RANGE:
             step /= 2.0
         return Grid(step, n)
-    # probe the spread of the loss on a coarse grid, then refine to the resolution
-    probe_step = 2.0 ** math.ceil(math.log2(reach / 1022))
-    probe = SplitBuckets.from_masses(Grid(probe_step, 1022),
-                                     *pair.bucket_masses_with_error(Grid(probe_step, 1022).losses))
-    _, spread = probe.loss_moments()
+    spread = pair.loss_spread(reach)
+    if spread < 1e-9 * reach:                # a single finite loss value: resolve the range
+        spread = reach / 32.0
     step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
-    step = min(step, probe_step)
+    step = min(step, 2.0 ** math.ceil(math.log2(reach / 30.0)))
     while reach / step + 2 > options.max_buckets:
         step *= 2.0
     return Grid(step, buckets_for(reach, step, options.max_buckets))
@@ -160,10 +158,21 @@ class BucketSet:
         return self._map(Grid(self.grid.log_factor, n), lambda s: s.restricted(n),
                          lambda g: g.restricted(n, mean), lambda p: p.restricted(n))
 
-    def coarsened_to(self, log_factor: float) -> "BucketSet":
+    def trimmed(self, budget_per_step: float, cap: int) -> "BucketSet":
+        """Restrict to the buckets the range needs (the adaptive policy)."""
+        reach = self.split.needed_reach(budget_per_step * self.compositions)
+        n = buckets_for(reach, self.grid.log_factor, cap)
+        return self.restricted(n) if n < self.grid.number_of_buckets else self
+
+    def coarsened_to(self, log_factor: float, trim: bool = False) -> "BucketSet":
+        """Square until the spacing is ``log_factor``; ``trim`` drops the emptied half."""
         out = self
         while out.grid.log_factor < log_factor * (1 - 1e-12):
             out = out.squared()
+            n = out.grid.number_of_buckets
+            half = (n // 2 + 1) // 2 * 2
+            if trim and half < n:
+                out = out.restricted(half)     # lossless: squaring maps i to ceil(i/2)
         return out
 
     def can_square(self) -> bool:
@@ -184,9 +193,19 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
     """x * y on a common grid, with the squaring and range policy of ``options``."""
     same = x is y
     target = max(x.grid.log_factor, y.grid.log_factor)
-    x = x.coarsened_to(target)
-    y = x if same else y.coarsened_to(target)
+    adaptive = options.number_of_buckets is None
+    x = x.coarsened_to(target, trim=adaptive)
+    y = x if same else y.coarsened_to(target, trim=adaptive)
+    if options.number_of_buckets is None:
+        # squaring leaves the content in the middle half: drop the empty indices
+        x = x.trimmed(budget_per_step, options.max_buckets)
+        y = x if same else y.trimmed(budget_per_step, options.max_buckets)
     n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
+    limit = int(MAX_LOSS_RANGE / (2.0 * x.grid.log_factor)) // 2 * 2
+    if n > limit:                              # keep e^t of the full product in range
+        n = max(limit, 2)
+        x = x.restricted(n)
+        y = x if same else y.restricted(n)
     x = x.padded(n)
     y = x if same else y.padded(n)
     if options.number_of_buckets is not None:
@@ -277,7 +296,7 @@ class Composer:
         bits = [b for b in range(count.bit_length() - 1, -1, -1) if (count >> b) & 1]
         result = None
         for b in bits:
-            key = ("seg", pair, cfg, count >> b)
+            key = ("seg", pair, cfg, count >> b, b)
             hit = self._prefix.get(key)
             if hit is not None:
                 result = hit

@@ -129,7 +129,8 @@ class PrivacyBuckets:
             lows = []
             for p in bs.paper:
                 pA, pV, _ = p.rows
-                th = np.minimum(t, t + _log(pA) - _log(pV))
+                with np.errstate(invalid="ignore"):
+                    th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
                 lows.append(ThresholdSum.build(th, pA, pV * np.exp(-t),
                                                -(p.error[0] + p.error[1]), False))
             self._lower["paper"] = lows

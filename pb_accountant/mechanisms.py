@@ -150,6 +150,16 @@ class MechanismPair:
             lo, hi = -hi, -lo
         return lo, hi
 
+    def loss_spread(self, reach: float) -> float:
+        """A-weighted standard deviation of the finite loss (sizes the leaf spacing)."""
+        step = reach / 2000.0
+        t = np.arange(-2000, 2001) * step
+        a, _ = self.bucket_masses(t)
+        mids = np.concatenate(([t[0]], t[:-1] + 0.5 * step, [t[-1]]))
+        w = a / max(a.sum(), 1e-300)
+        mean = float(w @ mids)
+        return float(math.sqrt(max(float(w @ (mids - mean) ** 2), 0.0)))
+
     def mirrored(self) -> "MechanismPair":
         """The same pair with A and B exchanged (the other neighbouring direction)."""
         import dataclasses
@@ -419,6 +429,15 @@ class DiscretePair(MechanismPair):
         with np.errstate(divide="ignore"):
             losses = np.log(a) - np.log(b)
         return losses, a, b
+
+    def loss_spread(self, reach: float) -> float:
+        losses, a, _ = self._atoms()
+        keep = np.isfinite(losses) & (a > 0)
+        if not np.any(keep):
+            return 0.0
+        w = a[keep] / a[keep].sum()
+        mean = float(w @ losses[keep])
+        return float(math.sqrt(max(float(w @ (losses[keep] - mean) ** 2), 0.0)))
 
     def _loss_range(self, tail):
         losses, _, _ = self._atoms()

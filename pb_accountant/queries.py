@@ -6,9 +6,9 @@ Every bound used here has the form
 
 with each included term >= 0, so F is non-increasing and, between two consecutive
 thresholds theta, equal to (K - e^eps Q): a whole array of eps is one pass of
-cumulative sums, and the crossing F(eps) = delta has a closed form.  The returned
-epsilons are re-checked with an exactly rounded sum (math.fsum) at the very point
-returned.
+cumulative sums (with a certified allowance for their round-off), and the crossing
+F(eps) = delta has a closed form.  The returned epsilons are re-checked with the very
+function ``delta_bounds`` reports, at the very point returned.
 """
 from __future__ import annotations
 
@@ -64,17 +64,6 @@ class ThresholdSum:
             return np.minimum(self.const + body + slack, 1.0)
         return np.maximum(self.const + body - slack, 0.0)
 
-    def exact(self, eps: float) -> float:
-        """The bound at one point from an exactly rounded sum, with its own allowance."""
-        k = int(np.searchsorted(self.theta, eps, side="right"))
-        p, q = self.p[k:], self.q[k:]
-        terms = p - math.exp(eps) * q if len(p) else p
-        total = math.fsum(np.maximum(terms, 0.0).tolist())
-        slack = 8.0 * _U * math.fsum(p.tolist()) + 4.0 * _U * abs(self.const)
-        if self.upper:
-            return min(self.const + total + slack, 1.0)
-        return max(self.const + total - slack, 0.0)
-
     def crossing(self, delta: float) -> float:
         """Smallest eps >= 0 with F(eps) <= delta (inf if none), from the closed form."""
         if self(0.0) <= delta:
@@ -101,19 +90,19 @@ def _nudge_up(x: float, steps: int) -> float:
 
 
 def certified_upper_epsilon(curves, delta: float) -> float:
-    """Smallest eps found with max_c c.exact(eps) <= delta, verified at that point."""
+    """Smallest eps found with max_c c(eps) <= delta, verified at that very point."""
     eps = max(c.crossing(delta) for c in curves)
     if math.isinf(eps):
         return math.inf
     for attempt in range(60):
-        if max(c.exact(eps) for c in curves) <= delta:
+        if max(float(c(eps)) for c in curves) <= delta:
             return eps
         eps = _nudge_up(eps, attempt)
     return math.inf
 
 
 def certified_lower_epsilon(curves, delta: float) -> float:
-    """Largest eps found with max_c c.exact(eps) > delta, verified; 0 if none."""
+    """Largest eps found with max_c c(eps) > delta, verified at that point; 0 if none."""
     best = 0.0
     for c in curves:
         x = c.crossing(delta)
@@ -124,7 +113,7 @@ def certified_lower_epsilon(curves, delta: float) -> float:
         for attempt in range(60):
             if x <= 0.0:
                 break
-            if c.exact(x) > delta:
+            if float(c(x)) > delta:
                 best = max(best, x)
                 break
             x = x - max(abs(x), 1e-300) * 4.0 * _U * (2 ** attempt)

@@ -1,0 +1,122 @@
+"""Engine behaviour: validation, degenerate inputs, determinism, result objects."""
+import math
+
+import numpy as np
+import pytest
+
+from pb_accountant import (DeltaBounds, EpsilonBounds, Gaussian, PrivacyCurve,
+                           SubsampledGaussian, compose)
+from pb_accountant.composition import BucketOptions, Composer
+
+
+def test_zero_steps_give_zero_epsilon():
+    pb = compose([])
+    assert pb.epsilon_bounds(1e-5).upper == 0.0
+    assert pb.delta_bounds(1.0).upper == 0.0
+    pb = compose([(SubsampledGaussian(1.0, 0.1), 0)])
+    assert pb.epsilon_bounds(1e-5) == EpsilonBounds(1e-5, 0.0, 0.0, "best", None, ())
+
+
+@pytest.mark.parametrize("delta", [0.0, 1.0, -1e-5, float("nan"), float("inf"), 2.0])
+def test_bad_delta(delta):
+    pb = compose([(Gaussian(1.0), 3)])
+    with pytest.raises(ValueError, match="delta"):
+        pb.epsilon_bounds(delta)
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan"), float("inf")])
+def test_bad_epsilon(eps):
+    pb = compose([(Gaussian(1.0), 3)])
+    with pytest.raises(ValueError, match="epsilon"):
+        pb.delta_bounds(eps)
+
+
+def test_bad_sequences():
+    with pytest.raises(ValueError, match="count"):
+        compose([(Gaussian(1.0), -1)])
+    with pytest.raises(ValueError, match="MechanismPair"):
+        compose([("gauss", 3)])
+    with pytest.raises(ValueError, match="number_of_buckets"):
+        compose([(Gaussian(1.0), 3)], number_of_buckets=7)
+    with pytest.raises(ValueError, match="factor"):
+        compose([(Gaussian(1.0), 3)], factor=0.5)
+    with pytest.raises(ValueError, match="methods"):
+        compose([(Gaussian(1.0), 3)], methods=("magic",))
+
+
+def test_delta_below_floating_point_gives_inf_with_reason():
+    pb = compose([(SubsampledGaussian(0.8, 0.01), 10000)], delta=1e-6)
+    b = pb.epsilon_bounds(1e-300)
+    assert math.isinf(b.upper) and b.notes
+    assert 0.0 <= b.lower < math.inf and not math.isnan(b.lower)
+
+
+def test_never_nan_or_negative():
+    pb = compose([(SubsampledGaussian(2.0, 0.01), 100)])
+    eps = np.linspace(0, 50, 101)
+    db = pb.delta_bounds(eps)
+    assert np.all(np.isfinite(db.lower)) and np.all(np.isfinite(db.upper))
+    assert np.all(db.lower >= 0) and np.all(db.upper <= 1) and np.all(db.lower <= db.upper)
+    for d in (0.9, 0.5, 1e-2, 1e-9):
+        b = pb.epsilon_bounds(d)
+        assert 0.0 <= b.lower <= b.upper
+
+
+def test_array_query_matches_scalar_queries():
+    pb = compose([(SubsampledGaussian(1.0, 0.05), 300)])
+    eps = np.array([0.1, 0.7, 1.3, 2.2])
+    db = pb.delta_bounds(eps)
+    assert isinstance(db, DeltaBounds)
+    for i, e in enumerate(eps):
+        s = pb.delta_bounds(float(e))
+        assert s.upper == db.upper[i] and s.lower == db.lower[i]
+
+
+def test_upper_epsilon_is_a_certified_point():
+    pb = compose([(SubsampledGaussian(1.0, 0.05), 300)], delta=1e-6)
+    b = pb.epsilon_bounds(1e-6)
+    assert pb.delta_bounds(b.upper).upper <= 1e-6
+    assert pb.delta_bounds(b.lower).lower > 1e-6
+
+
+def test_determinism_independent_of_query_history():
+    """Same history -> bit-identical bounds, whatever was computed before."""
+    seq = [(SubsampledGaussian(1.0, 0.01), 1000), (SubsampledGaussian(1.3, 0.02), 777)]
+    fresh = compose(seq, delta=1e-5).epsilon_bounds(1e-5)
+    composer = Composer(BucketOptions())
+    for k in (1, 10, 100, 999):                       # warm the caches with prefixes
+        compose([(SubsampledGaussian(1.0, 0.01), k)], delta=1e-5, composer=composer)
+    compose([(SubsampledGaussian(1.0, 0.01), 1000), (SubsampledGaussian(1.3, 0.02), 5)],
+            delta=1e-5, composer=composer)
+    cached = compose(seq, delta=1e-5, composer=composer).epsilon_bounds(1e-5)
+    assert (cached.lower, cached.upper) == (fresh.lower, fresh.upper)
+
+
+def test_merged_segments_equal_one_segment():
+    a = compose([(Gaussian(2.0), 5), (Gaussian(2.0), 5)]).epsilon_bounds(1e-5)
+    b = compose([(Gaussian(2.0), 10)]).epsilon_bounds(1e-5)
+    assert (a.lower, a.upper) == (b.lower, b.upper)
+
+
+def test_curve_object():
+    c = compose([(SubsampledGaussian(1.0, 0.05), 100)]).curve(num=50)
+    assert isinstance(c, PrivacyCurve) and len(c.epsilons) == 50
+    assert np.all(np.diff(c.delta_upper) <= 1e-15)
+    assert np.all(c.delta_lower <= c.delta_upper)
+
+
+def test_paper_definition9_is_reported_and_looser_for_long_runs():
+    """The paper's own upper bound is available; the split pair is tighter at 10^4 steps."""
+    pb = compose([(SubsampledGaussian(1.0, 0.02), 10000)], delta=1e-5,
+                 methods=("split", "grouped", "paper"))
+    paper = pb.epsilon_upper(1e-5, "paper")
+    split = pb.epsilon_upper(1e-5, "split")
+    best = pb.epsilon_bounds(1e-5)
+    assert best.upper == min(paper, split)
+    assert split <= paper
+
+
+def test_expert_overrides_are_honoured():
+    pb = compose([(Gaussian(3.0), 64)], number_of_buckets=2000, factor=math.exp(1e-3))
+    assert pb.grid_info.number_of_buckets == 2000
+    assert pb.grid_info.log_factor >= 1e-3 * (1 - 1e-12)

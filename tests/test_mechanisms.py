@@ -1,0 +1,108 @@
+"""Closed-form bucket masses: accuracy against mpmath, mass conservation, validation."""
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+from pb_accountant import DiscretePair, Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
+from pb_accountant.mechanisms import normal_interval_error, normal_interval_mass
+
+mpmath.mp.dps = 60
+
+
+def mp_mass(lo, hi):
+    if lo >= 0:                       # upper tail: avoid cancellation against 1
+        return mpmath.ncdf(-lo) - mpmath.ncdf(-hi)
+    return mpmath.ncdf(hi) - mpmath.ncdf(lo)
+
+
+@pytest.mark.parametrize("lo,hi", [(-1.0, 1.0), (0.1, 0.1000001), (5.0, 5.0000003),
+                                   (-30.0, -29.999), (12.0, 14.0), (-0.5, 1e-9),
+                                   (37.0, 37.001), (-3.0, 3.0), (0.0, 1e-12)])
+def test_normal_interval_mass_accuracy(lo, hi):
+    m = normal_interval_mass(lo, hi)
+    exact = mp_mass(mpmath.mpf(lo), mpmath.mpf(hi))
+    err = normal_interval_error(lo, hi, m)
+    assert abs(mpmath.mpf(float(m)) - exact) <= mpmath.mpf(float(err)) + mpmath.mpf(1e-320)
+
+
+def test_normal_interval_mass_random(rng):
+    lo = rng.normal(0, 6, 400)
+    hi = lo + np.exp(rng.uniform(-25, 1, 400))
+    m = normal_interval_mass(lo, hi)
+    err = normal_interval_error(lo, hi, m)
+    for a, b, v, e in zip(lo, hi, m, err):
+        exact = mp_mass(mpmath.mpf(a), mpmath.mpf(b))
+        assert abs(mpmath.mpf(float(v)) - exact) <= mpmath.mpf(float(e)) + mpmath.mpf(1e-300)
+
+
+PAIRS = [SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.5, 0.3), SubsampledGaussian(2.0, 1.0),
+         Gaussian(1.5), Gaussian(200 * 2 ** 0.5, truncation=2500.0), Laplace(2.0),
+         Laplace(200.0, truncation=2500.0), RandomizedResponse(0.6),
+         DiscretePair((0.1, 0.6, 0.3), (0.5, 0.5, 0.0))]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: type(p).__name__)
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_bucket_masses_sum_to_one(pair, mirrored):
+    if mirrored:
+        pair = pair.mirrored()
+    t = np.linspace(-3, 3, 1201)
+    a, b = pair.bucket_masses(t)
+    assert a.sum() == pytest.approx(1.0, abs=1e-12)
+    assert b.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.all(a >= 0) and np.all(b >= 0)
+
+
+@pytest.mark.parametrize("pair", PAIRS[:5], ids=lambda p: type(p).__name__)
+def test_bucket_losses_lie_in_their_intervals(pair):
+    """B-mass of each interval bucket lies between e^{-t_k} A and e^{-t_{k-1}} A."""
+    t = np.linspace(-2, 2, 401)
+    a, b = pair.bucket_masses(t)
+    lo = a[1:-1] * np.exp(-t[1:])
+    hi = a[1:-1] * np.exp(-t[:-1])
+    assert np.all(b[1:-1] >= lo * (1 - 1e-9) - 1e-300)
+    assert np.all(b[1:-1] <= hi * (1 + 1e-9) + 1e-300)
+
+
+def test_mirrored_is_the_add_direction():
+    sg = SubsampledGaussian(1.0, 0.1)
+    t = np.linspace(-1, 1, 101)
+    a, b = sg.bucket_masses(t)
+    ma, mb = sg.mirrored().bucket_masses(-t[::-1])
+    assert np.allclose(a, mb[::-1], atol=1e-15) and np.allclose(b, ma[::-1], atol=1e-15)
+
+
+def test_distinguishing_events_go_to_infinity():
+    pair = DiscretePair((0.5, 0.5), (1.0, 0.0))
+    a, b = pair.bucket_masses(np.linspace(-1, 1, 11))
+    assert a[-1] == 0.5 and b[-1] == 0.0
+    assert pair.infinity_masses() == (0.5, 0.0)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(noise_multiplier=0.0, sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=-1.0, sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=float("nan"), sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=float("inf"), sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=1.0, sample_rate=0.0), "sample_rate"),
+    (dict(noise_multiplier=1.0, sample_rate=1.5), "sample_rate"),
+    (dict(noise_multiplier=1.0, sample_rate=float("nan")), "sample_rate"),
+])
+def test_subsampled_gaussian_validation(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SubsampledGaussian(**kwargs)
+
+
+def test_other_validation():
+    with pytest.raises(ValueError, match="sigma"):
+        Gaussian(0.0)
+    with pytest.raises(ValueError, match="scale"):
+        Laplace(-1.0)
+    with pytest.raises(ValueError, match="p"):
+        RandomizedResponse(1.2)
+    with pytest.raises(ValueError, match="sum to 1"):
+        DiscretePair((0.5, 0.4), (0.5, 0.5))
+    with pytest.raises(ValueError, match="same length"):
+        DiscretePair((0.5, 0.5), (1.0,))
