@@ -21,14 +21,17 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 from ._validation import check_count, check_delta, check_epsilon, check_real
 from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets
-from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
+from .mechanisms import MAX_NOISE, MIN_NOISE, DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 
 MECHANISM = "pb"
 
 
 def _validate_step(noise_multiplier, sample_rate, where: str = "") -> Tuple[float, float]:
-    sigma = check_real(f"{where}noise_multiplier", noise_multiplier, low=0.0)
+    sigma = check_real(f"{where}noise_multiplier", noise_multiplier, low=0.0, high=MAX_NOISE)
+    if 0.0 < sigma < MIN_NOISE:
+        raise ValueError(f"{where}noise_multiplier must be 0 or in [{MIN_NOISE}, {MAX_NOISE}], "
+                         f"got {noise_multiplier!r}")
     q = check_real(f"{where}sample_rate", sample_rate, low=0.0, high=1.0)
     return sigma, q
 
@@ -67,6 +70,13 @@ class PrivacyBucketsAccountant:
 
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
         """Record one optimisation step (validated before the history changes)."""
+        if self.history:
+            last = self.history[-1]
+            # fast path: the step repeats the last entry (the usual case in training)
+            if (noise_multiplier == last[0] and sample_rate == last[1]
+                    and type(noise_multiplier) is float and type(sample_rate) is float):
+                self.history[-1] = (last[0], last[1], last[2] + 1)
+                return
         sigma, q = _validate_step(noise_multiplier, sample_rate)
         if self.history:
             last_sigma, last_q, count = self.history[-1]
@@ -136,12 +146,16 @@ class PrivacyBucketsAccountant:
         return self._engine(None, lower=True).curve(epsilons, num)
 
     def epsilon_after(self, delta: float, *, noise_multiplier: float, sample_rate: float,
-                      num_steps: int = 1) -> EpsilonBounds:
-        """Bounds the history would have after ``num_steps`` more steps (no state change)."""
+                      num_steps: int = 1, lower: bool = False) -> EpsilonBounds:
+        """Bounds the history would have after ``num_steps`` more steps (no state change).
+
+        Only the upper bound is computed unless ``lower=True`` (the returned lower is
+        then the trivial 0), which is all a budget guard needs.
+        """
         sigma, q = _validate_step(noise_multiplier, sample_rate)
         k = check_count("num_steps", num_steps, minimum=0)
         history = list(self.history) + ([(sigma, q, k)] if k else [])
-        return self._bounds(delta, lower=False, history=history)
+        return self._bounds(delta, lower=lower, history=history)
 
     # -- internals ------------------------------------------------------------------------
     def _pairs(self, history) -> List[Tuple[MechanismPair, int]]:
@@ -170,10 +184,12 @@ class PrivacyBucketsAccountant:
 
     def _bounds(self, delta: float, lower: bool, history=None) -> EpsilonBounds:
         delta = check_delta(delta)
-        engine = self._engine(delta, lower, history)
+        pairs = self._pairs(self.history if history is None else history)  # user errors raise
         try:
+            methods = ("split", "grouped") if lower else ("split",)
+            engine = PrivacyBuckets(self._composer.compose(pairs, delta, methods), delta)
             return engine.epsilon_bounds(delta)
-        except (ArithmeticError, MemoryError, RuntimeError) as exc:  # never crash training
+        except (ArithmeticError, MemoryError, RuntimeError, ValueError) as exc:  # never crash
             warnings.warn(f"pb accountant could not certify epsilon ({exc!r}); reporting inf",
                           RuntimeWarning)
             return EpsilonBounds(delta, 0.0, math.inf, "none", None,

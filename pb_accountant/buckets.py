@@ -79,8 +79,10 @@ def _fold_weights(n: int, log_factor: float):
 def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
     """l1 error of a product: Young's inequality, FFT round-off and the corner sums
     (``folded``: mass summed into the corners, each sum of <= n terms)."""
-    return (err_x * mass_y + err_y * mass_x + err_x * err_y + fft_err
-            + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1) + 4.0 * _U * mass_x * mass_y)
+    with np.errstate(over="ignore"):       # an overflowing bound is inf: still a bound
+        return (err_x * mass_y + err_y * mass_x + err_x * err_y + fft_err
+                + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
+                + 4.0 * _U * mass_x * mass_y)
 
 
 def _merge_pairs(row: np.ndarray, n: int, odd_weight: float = 1.0) -> np.ndarray:
@@ -195,14 +197,19 @@ class SplitBuckets:
 
     def loss_moments(self):
         """A-weighted mean and standard deviation of the loss (for grid choice)."""
+        cached = self.__dict__.get("_moments")
+        if cached is not None:
+            return cached
         A = self.rows[0]
         t = self.grid.losses
         m = A.sum()
         if m <= 0:
             return 0.0, 0.0
         mean = float(A @ t / m)
-        var = float(A @ (t - mean) ** 2 / m)
-        return mean, math.sqrt(max(var, 0.0))
+        var = float(A @ (t * t) / m - mean * mean)
+        result = (mean, math.sqrt(max(var, 0.0)))
+        self.__dict__["_moments"] = result
+        return result
 
     def needed_reach(self, tail: float) -> float:
         """Smallest R with A-mass above R and B-mass below -R each at most ``tail``."""

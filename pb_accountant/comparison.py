@@ -1089,3 +1089,22 @@ def laplace_cdp(scale, sensitivity=1.0) -> CDPParams:
     if math.isinf(eps0):
         return CDPParams(mu=math.inf, tau=math.inf, notes=("sensitivity/scale overflows",))
     return _bounded_loss_cdp(eps0 + math.expm1(-eps0), eps0, "Laplace: exact KL mean")
+
+
+# --------------------------------------------------------------------------------------
+# 5. the same bounds for mechanism pairs (lazy re-export of pb_accountant.pair_bounds)
+# --------------------------------------------------------------------------------------
+
+_PAIR_BOUNDS = ("rdp_from_pair", "rdp_for_sequence", "rdp_delta_for_sequence",
+                "rdp_epsilon_for_sequence", "RenyiProfile", "kov_for_sequence",
+                "kov_epsilon_for_pair", "one_step_curve", "cdp_for_pair", "cdp_for_sequence",
+                "cdp_delta_for_sequence", "cdp_epsilon_for_sequence", "PairCDP")
+
+
+def __getattr__(name):
+    """``comparison.rdp_from_pair`` etc.: the bounds computed for mechanism pairs live in
+    :mod:`pb_accountant.pair_bounds` (it builds leaf buckets, so it is imported lazily)."""
+    if name in _PAIR_BOUNDS:
+        from . import pair_bounds
+        return getattr(pair_bounds, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

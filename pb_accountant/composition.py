@@ -65,10 +65,15 @@ class BucketOptions:
         check_count("max_buckets", self.max_buckets, minimum=62)
 
 
+#: delta class used when no target delta is given (curves, delta queries); certified
+#: round-off after long compositions is around 1e-11, so smaller targets buy nothing
+DEFAULT_DELTA_CLASS = 1e-10
+
+
 def delta_class(delta: Optional[float]) -> float:
     """Target delta rounded down to a power of ten (grids are cached per class)."""
     if delta is None:
-        return 1e-12
+        return DEFAULT_DELTA_CLASS
     return 10.0 ** math.floor(math.log10(delta) + 1e-12)
 
 
@@ -86,7 +91,9 @@ def buckets_for(reach: float, log_factor: float, cap: int) -> int:
 def leaf_grid(pair: MechanismPair, delta_q: float, options: BucketOptions) -> Grid:
     """Leaf grid: a power-of-two spacing so that grids of different pairs align."""
     lo, hi = pair.loss_range(per_step_infinity_budget(delta_q))
-    reach = max(abs(lo), abs(hi), 1e-9)
+    # losses beyond MAX_LOSS_RANGE / 8 go to the infinity atoms: sound, and the grid,
+    # its products and e^t stay inside floating-point range
+    reach = min(max(abs(lo), abs(hi), 1e-9), MAX_LOSS_RANGE / 8.0)
     if options.factor is not None:
         step = math.log(options.factor)
         n = options.number_of_buckets or buckets_for(reach, step, options.max_buckets)
@@ -154,7 +161,7 @@ class BucketSet:
     def restricted(self, n: int) -> "BucketSet":
         if n >= self.grid.number_of_buckets:
             return self
-        mean, _ = self.split.loss_moments()
+        mean = self.split.loss_moments()[0] if self.grouped is not None else 0.0
         return self._map(Grid(self.grid.log_factor, n), lambda s: s.restricted(n),
                          lambda g: g.restricted(n, mean), lambda p: p.restricted(n))
 
@@ -165,7 +172,17 @@ class BucketSet:
         return self.restricted(n) if n < self.grid.number_of_buckets else self
 
     def coarsened_to(self, log_factor: float, trim: bool = False) -> "BucketSet":
-        """Square until the spacing is ``log_factor``; ``trim`` drops the emptied half."""
+        """Square until the spacing is ``log_factor``; ``trim`` drops the emptied half.
+
+        Results are memoised on the object (cached binary powers are coarsened to the
+        same spacing again and again during training).
+        """
+        if self.grid.log_factor >= log_factor * (1 - 1e-12):
+            return self
+        memo = self.__dict__.setdefault("_coarsened", {})
+        key = (log_factor, trim)
+        if key in memo:
+            return memo[key]
         out = self
         while out.grid.log_factor < log_factor * (1 - 1e-12):
             out = out.squared()
@@ -173,6 +190,7 @@ class BucketSet:
             half = (n // 2 + 1) // 2 * 2
             if trim and half < n:
                 out = out.restricted(half)     # lossless: squaring maps i to ceil(i/2)
+        memo[key] = out
         return out
 
     def can_square(self) -> bool:

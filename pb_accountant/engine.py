@@ -157,9 +157,9 @@ class PrivacyBuckets:
         notes = []
         if delta is not None and self.buckets is not None and self.infinity_mass > 0.01 * delta:
             notes.append(
-                f"infinity mass and certified round-off {self.infinity_mass:.3g} exceed 1% of "
-                f"delta={delta:.3g}: the upper bound is loose; pass delta= when composing, or "
-                "the requested delta is below what this grid and floating point can certify")
+                f"the infinity atoms (distinguishing events, mass beyond the grid) plus "
+                f"certified round-off carry {self.infinity_mass:.3g}, over 1% of "
+                f"delta={delta:.3g}; the upper bound counts them in full")
         return tuple(notes)
 
     # -- delta ------------------------------------------------------------------------
@@ -238,9 +238,11 @@ class PrivacyBuckets:
         return EpsilonBounds(delta, float(lo), float(up), method or "best", self.grid_info, notes)
 
     def curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
-        """The eps-delta curve with both bounds (default: up to where delta_up < 1e-12)."""
+        """The eps-delta curve with both bounds (default: up to where delta_up reaches
+        1e-10 or ten times the certified floor)."""
         if epsilons is None:
-            top = self.epsilon_upper(1e-12) if self.buckets is not None else 1.0
+            floor = max(1e-10, 10.0 * self.infinity_mass)
+            top = self.epsilon_upper(min(floor, 0.5)) if self.buckets is not None else 1.0
             top = 1.0 if (math.isinf(top) or top == 0.0) else top
             epsilons = np.linspace(0.0, top, num)
         db = self.delta_bounds(np.asarray(epsilons, dtype=float))

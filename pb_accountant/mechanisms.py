@@ -23,6 +23,8 @@ from scipy import special
 from ._validation import check_real
 
 _U = np.finfo(float).eps / 2.0
+#: noise multipliers the closed forms handle (sigma^2 and 1/sigma^2 stay finite)
+MIN_NOISE, MAX_NOISE = 1e-6, 1e12
 
 #: Relative error bound of Laplace interval masses (exp/expm1 of moderate arguments).
 CONTINUOUS_MASS_RELATIVE_ERROR = 1e-13
@@ -193,7 +195,7 @@ class SubsampledGaussian(MechanismPair):
     mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
 
     def __post_init__(self):
-        check_real("noise_multiplier", self.noise_multiplier, low=0.0, low_open=True)
+        check_real("noise_multiplier", self.noise_multiplier, low=MIN_NOISE, high=MAX_NOISE)
         check_real("sample_rate", self.sample_rate, low=0.0, high=1.0, low_open=True)
 
     def _x_of_loss(self, t):
@@ -260,7 +262,7 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
     mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
 
     def __post_init__(self):
-        check_real("sigma", self.sigma, low=0.0, low_open=True)
+        check_real("sigma", self.sigma, low=MIN_NOISE * 1e-6, high=MAX_NOISE * 1e6)
         check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
         if self.truncation is not None:
             check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)

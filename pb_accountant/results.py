@@ -18,7 +18,6 @@ class GridInfo:
 
     factor: float
     number_of_buckets: int
-    squarings: int = 0
 
     @property
     def log_factor(self) -> float:

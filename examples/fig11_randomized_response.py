@@ -1,0 +1,99 @@
+"""Paper Figure 11: randomized response (p = 0.51), buckets vs KOV, RDP and CDP.
+
+Left: the (eps, delta) graph after 512 compositions (buckets upper and lower bound, KOV,
+RDP, CDP, and the exact curve of r-fold randomized response).  Right: e^eps over the
+number of compositions at delta = 1e-4.  All comparison bounds are computed for the
+same pair the buckets compose (``pb_accountant.pair_bounds``).
+
+    python examples/fig11_randomized_response.py            # full (seconds)
+    python examples/fig11_randomized_response.py --quick    # tiny instance (tests)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from _repro import (Timer, bucket_curve, comparison_curves, comparison_epsilons,
+                    compositions_grid, md_table, parse_args, plot_eps_delta, plot_eps_over_r,
+                    plt, save, write_csv, write_markdown)
+from pb_accountant import RandomizedResponse, compose
+from pb_accountant.comparison import kov_delta, kov_epsilon
+from pb_accountant.pair_bounds import cdp_for_sequence, rdp_from_pair
+
+NAME = "fig11_randomized_response"
+P = 0.51
+DELTA = 1e-4
+
+
+def main(argv=None):
+    args = parse_args(NAME, __doc__, argv)
+    timer = Timer()
+    r_main = 64 if args.quick else 512
+    n_eps = 60 if args.quick else 300
+    rs = compositions_grid(r_main, 8 if args.quick else 40)
+    pair = RandomizedResponse(P)
+    eps0 = math.log(P / (1.0 - P))
+    seq = [(pair, r_main)]
+
+    # ---- left: (eps, delta) graph -------------------------------------------------
+    pb = compose(seq, delta=1e-12)
+    eps_hi = min(pb.epsilon_upper(1e-10) * 1.1, r_main * eps0)
+    eps = np.linspace(0.0, eps_hi, n_eps)
+    lower, upper = bucket_curve(seq, eps, delta=1e-12)
+    comp = comparison_curves(seq, eps)
+    exact = np.asarray(kov_delta(eps0, 0.0, r_main, eps).upper)
+    curves = {"buckets upper": upper, "buckets lower": lower, **comp, "exact": exact}
+    rows = [(name, "upper" if name != "buckets lower" else "lower", float(e), math.exp(e),
+             float(d)) for name, d in curves.items() for e, d in zip(eps, d)]
+    write_csv(args.out / "eps_delta.csv", ["curve", "bound", "epsilon", "exp_epsilon", "delta"],
+              rows)
+
+    # ---- right: e^eps over r at delta = 1e-4 ---------------------------------------
+    prof = rdp_from_pair(pair)
+    over_r = {k: [] for k in ("buckets upper", "buckets lower", "KOV", "RDP", "CDP", "exact")}
+    for r in rs.tolist():
+        eb = compose([(pair, r)], delta=DELTA).epsilon_bounds(DELTA)
+        over_r["buckets upper"].append(eb.upper)
+        over_r["buckets lower"].append(eb.lower)
+        c = comparison_epsilons([(pair, r)], DELTA, rdp_profile=prof.composed(r),
+                                cdp_seq=cdp_for_sequence([(pair, r)]))
+        for k, v in c.items():
+            over_r[k].append(v)
+        over_r["exact"].append(kov_epsilon(eps0, 0.0, r, DELTA).upper)
+    rows = [(name, int(r), DELTA, float(e), math.exp(min(e, 700.0)))
+            for name, es in over_r.items() for r, e in zip(rs, es)]
+    write_csv(args.out / "eps_over_r.csv", ["curve", "compositions", "delta", "epsilon",
+                                            "exp_epsilon"], rows)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    plot_eps_delta(axes[0], eps, curves, f"RR p={P}: {r_main} compositions")
+    plot_eps_over_r(axes[1], rs, over_r, f"RR p={P}: " + r"$e^\varepsilon$ at $\delta$=1e-4")
+    save(fig, args.out / "fig11_randomized_response.png")
+
+    # ---- summary --------------------------------------------------------------------
+    last = {k: v[-1] for k, v in over_r.items()}
+    probe = [e for e in (1.0, 2.0, 3.0, 4.0, 5.0) if e <= eps_hi]
+    pb_probe = compose(seq, delta=1e-12).delta_bounds(np.array(probe))
+    comp_probe = comparison_curves(seq, np.array(probe))
+    exact_probe = np.asarray(kov_delta(eps0, 0.0, r_main, np.array(probe)).upper)
+    table1 = md_table(["method", f"eps at delta={DELTA:g}", "e^eps"],
+                      [(k, v, math.exp(min(v, 700.0))) for k, v in last.items()])
+    table2 = md_table(["eps", "buckets lower", "buckets upper", "exact", "KOV", "RDP", "CDP"],
+                      [(e, float(pb_probe.lower[i]), float(pb_probe.upper[i]),
+                        float(exact_probe[i]), float(comp_probe["KOV"][i]),
+                        float(comp_probe["RDP"][i]), float(comp_probe["CDP"][i]))
+                       for i, e in enumerate(probe)])
+    write_markdown(args.out / "results.md", f"Figure 11: randomized response p={P}",
+                   [f"{r_main} compositions, delta = {DELTA:g}" + (" (quick mode)" if args.quick
+                                                                  else ""),
+                    table1, f"delta(eps) after {r_main} compositions", table2,
+                    "![fig11](fig11_randomized_response.png)"])
+    print(f"fig11 randomized response p={P}, r={r_main}, delta={DELTA:g}:")
+    for k, v in last.items():
+        print(f"  {k:14s} eps = {v:.5f}  e^eps = {math.exp(min(v, 700.0)):.4f}")
+    print(f"  wrote {args.out} in {timer}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Training-time integrations of pb-accountant: budget tracking, a budget guard,
+framework callbacks (PyTorch Lightning, Hugging Face transformers) and a command line.
+
+Imports are lazy: ``import integrations`` (and ``integrations.cli``) needs neither torch
+nor opacus, lightning or transformers; the callbacks live in ``integrations.lightning``
+and ``integrations.huggingface`` and import their framework there.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "BudgetTracker": "tracker",
+    "BudgetRecord": "sinks",
+    "LoggingSink": "sinks",
+    "CSVSink": "sinks",
+    "JSONLinesSink": "sinks",
+    "TensorBoardSink": "sinks",
+    "CallbackSink": "sinks",
+    "BudgetGuard": "guard",
+    "BudgetExceededError": "guard",
+    "check_sample_rate": "sampling",
+    "SampleRateWarning": "sampling",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'integrations' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,6 @@
+"""``python -m integrations`` runs the ``pb-accountant`` command line."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

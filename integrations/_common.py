@@ -1,0 +1,175 @@
+"""Helpers shared by the tracker, the guard and the framework callbacks.
+
+Nothing here imports torch, opacus, lightning or transformers: every framework object
+is handled by duck typing (``optimizer.noise_multiplier``, ``engine.accountant``).
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import numbers
+from typing import Any, Optional, Tuple
+
+from pb_accountant.results import EpsilonBounds
+
+__all__ = ["resolve_accountant", "steps_taken", "schedule_in_force", "epsilon_bounds",
+           "epsilon_after", "find_dp_optimizer", "infer_sample_rate", "json_float",
+           "check_delta_arg", "check_positive_arg"]
+
+
+def resolve_accountant(source: Any) -> Any:
+    """The accountant behind ``source``: an accountant, or an Opacus ``PrivacyEngine``.
+
+    Anything with ``get_epsilon`` counts as an accountant; an object with an
+    ``accountant`` attribute that has one (Opacus's ``PrivacyEngine``) is unwrapped.
+    Resolved at every use, so an engine whose accountant is replaced (checkpoint
+    loading) is followed.
+    """
+    inner = getattr(source, "accountant", None)
+    if inner is not None and hasattr(inner, "get_epsilon") and not hasattr(source, "history"):
+        return inner
+    if hasattr(source, "get_epsilon"):
+        return source
+    raise TypeError("expected a privacy accountant (with get_epsilon) or an Opacus PrivacyEngine, "
+                    f"got {type(source).__name__}")
+
+
+def steps_taken(accountant: Any) -> Optional[int]:
+    """Optimisation steps recorded in an Opacus-style ``history``; None if unknown."""
+    history = getattr(accountant, "history", None)
+    if history is None:
+        return None
+    try:
+        return int(sum(int(entry[2]) for entry in history))
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def schedule_in_force(accountant: Any) -> Tuple[Optional[float], Optional[float]]:
+    """(noise_multiplier, sample_rate) of the last recorded step, or (None, None)."""
+    history = getattr(accountant, "history", None)
+    if not history:
+        return None, None
+    try:
+        sigma, q = history[-1][0], history[-1][1]
+        return float(sigma), float(q)
+    except (TypeError, ValueError, IndexError):
+        return None, None
+
+
+def epsilon_bounds(accountant: Any, delta: float) -> EpsilonBounds:
+    """Both bounds when the accountant has them; else (0, get_epsilon) - one-sided."""
+    if hasattr(accountant, "get_epsilon_bounds"):
+        return accountant.get_epsilon_bounds(delta)
+    upper = float(accountant.get_epsilon(delta))
+    return EpsilonBounds(delta, 0.0, upper, method=type(accountant).__name__,
+                         notes=("accountant certifies an upper bound only; lower bound is 0",))
+
+
+def epsilon_after(accountant: Any, delta: float, noise_multiplier: float, sample_rate: float,
+                  num_steps: int = 1) -> EpsilonBounds:
+    """Bounds the accountant would report after ``num_steps`` more steps (no state change)."""
+    if hasattr(accountant, "epsilon_after"):
+        return accountant.epsilon_after(delta, noise_multiplier=noise_multiplier,
+                                        sample_rate=sample_rate, num_steps=num_steps)
+    trial = copy.deepcopy(accountant)   # any Opacus accountant: step a copy
+    for _ in range(int(num_steps)):
+        trial.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+    return EpsilonBounds(delta, 0.0, float(trial.get_epsilon(delta)),
+                         method=type(accountant).__name__,
+                         notes=("accountant certifies an upper bound only; lower bound is 0",))
+
+
+def find_dp_optimizer(obj: Any) -> Any:
+    """The Opacus ``DPOptimizer`` inside ``obj`` (Lightning/accelerate wrappers unwrapped)."""
+    seen = set()
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        if hasattr(obj, "attach_step_hook") and hasattr(obj, "noise_multiplier"):
+            return obj
+        obj = getattr(obj, "optimizer", None) or getattr(obj, "_optimizer", None)
+    return None
+
+
+def _hook_sample_rate(hook: Any) -> Optional[float]:
+    """The sample rate an accountant's optimizer hook was built with, if it can be read."""
+    seen = set()
+    while hook is not None and id(hook) not in seen:
+        seen.add(id(hook))
+        rate = getattr(hook, "_pb_sample_rate", None)
+        if rate is not None:
+            return float(rate)
+        try:
+            nonlocals = inspect.getclosurevars(hook).nonlocals
+        except (TypeError, ValueError):
+            nonlocals = {}
+        rate = nonlocals.get("sample_rate")
+        if isinstance(rate, numbers.Real) and not isinstance(rate, bool):
+            return float(rate)
+        hook = getattr(hook, "_pb_wrapped", None)
+    return None
+
+
+def infer_sample_rate(*, sample_rate: Optional[float] = None, optimizer: Any = None,
+                      data_loader: Any = None, accountant: Any = None) -> Optional[float]:
+    """The per-step sample rate, from the first source that knows it.
+
+    Order: the explicit value; the rate Opacus's accounting hook on ``optimizer`` was
+    built with (``make_private`` uses 1/len(data_loader)); 1/len(data_loader); the
+    last step in the accountant's history.  None when nothing knows it.
+    """
+    if sample_rate is not None:
+        return float(sample_rate)
+    if optimizer is not None:
+        rate = _hook_sample_rate(getattr(optimizer, "step_hook", None))
+        if rate is not None:
+            return rate
+    if data_loader is not None:
+        try:
+            n = len(data_loader)
+        except TypeError:
+            n = 0
+        if n:
+            return 1.0 / n
+    if accountant is not None:
+        return schedule_in_force(accountant)[1]
+    return None
+
+
+def accumulated_iterations(optimizer: Any) -> int:
+    """Opacus's ``accumulated_iterations`` (1 when it cannot be read yet)."""
+    try:
+        return max(1, int(optimizer.accumulated_iterations))
+    except Exception:  # no grad_sample yet, not a DPOptimizer, ...
+        return 1
+
+
+def json_float(x: Any) -> Any:
+    """Floats for JSON: finite as is, non-finite as the strings "inf", "-inf", "nan"."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def check_delta_arg(delta: Any) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (0.0 < float(delta) < 1.0):
+        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+def check_positive_arg(name: str, value: Any, *, allow_none: bool = False,
+                       integer: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        return int(value)
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(float(value)) or float(value) < 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)

@@ -1,0 +1,123 @@
+"""Hugging Face ``transformers`` callback: log the privacy budget, stop before it is exceeded.
+
+    >>> trainer = Trainer(model=dp_model, args=args, train_dataset=data,
+    ...                   optimizers=(dp_optimizer, None),
+    ...                   callbacks=[PrivacyBudgetCallback(engine, delta=1e-5, max_epsilon=3.0)])
+
+Every ``log_every_n_steps`` optimisation steps (default: ``args.logging_steps``) the
+certified bounds are recorded: appended to ``state.log_history`` as
+``{"epsilon_lower", "epsilon_upper", "delta", "step"}`` (so they land in
+``trainer_state.json``), added to the next ``on_log`` payload (seen by callbacks
+registered after this one, such as the printer; the ``report_to`` integrations run
+before user callbacks and do not see it: use a ``TensorBoardSink``), and written to
+the given sinks.  When one more step would exceed ``max_epsilon`` the callback sets
+``control.should_training_stop = True``; with an Opacus ``DPOptimizer`` a
+:class:`~integrations.guard.BudgetGuard` in mode "stop" also refuses any step past
+the budget.  With ``account_steps=True`` the callback steps the accountant itself
+(for set-ups whose optimizer adds the noise but does not account).
+
+The Trainer clears gradients with ``model.zero_grad()`` only, which leaves Opacus's
+``summed_grad`` in place, so the second step fails ("Gradients haven't been cleared
+since the last optimizer step").  With ``clear_dp_gradients=True`` (default) the
+callback calls the DPOptimizer's ``zero_grad`` at the start of every step.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from transformers import TrainerCallback
+
+from ._callback_core import BudgetMonitor
+
+__all__ = ["PrivacyBudgetCallback"]
+
+
+class PrivacyBudgetCallback(TrainerCallback):
+    """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded."""
+
+    def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
+                 log_every_n_steps: Optional[int] = None, log_on_epoch_end: bool = True,
+                 sinks: Optional[Iterable[Any]] = None, noise_multiplier: Optional[float] = None,
+                 sample_rate: Optional[float] = None, guard_optimizer: bool = True,
+                 account_steps: bool = False, clear_dp_gradients: bool = True):
+        self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
+                                     log_on_epoch_end, sinks, noise_multiplier, sample_rate,
+                                     guard_optimizer)
+        self._explicit_every = log_every_n_steps
+        self.account_steps = account_steps
+        self.clear_dp_gradients = clear_dp_gradients
+        self._pending_log = None
+
+    @property
+    def records(self):
+        return self.monitor.records
+
+    @property
+    def stopped(self) -> bool:
+        return self.monitor.stopped
+
+    @property
+    def stop_reason(self) -> Optional[str]:
+        return self.monitor.stop_reason
+
+    @property
+    def guard(self):
+        return self.monitor.guard
+
+    @staticmethod
+    def _epoch(state) -> Optional[int]:
+        return None if state.epoch is None else int(state.epoch - 1e-9) if state.epoch > 0 else 0
+
+    def _publish(self, state, record) -> None:
+        if record is None:
+            return
+        entry = {"epsilon_lower": record.eps_lower, "epsilon_upper": record.eps_upper,
+                 "delta": record.delta, "step": state.global_step}
+        state.log_history.append(entry)
+        self._pending_log = entry
+
+    # -- events ------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, optimizer=None, train_dataloader=None, **kw):
+        if self._explicit_every is None and getattr(args, "logging_steps", None):
+            steps = args.logging_steps
+            if isinstance(steps, float) and steps < 1:      # a ratio of the total steps
+                steps = max(1, int(round(steps * max(state.max_steps, 1))))
+            self.monitor.log_every_n_steps = int(steps)
+        self.monitor.setup([optimizer] if optimizer is not None else [],
+                           data_loader=train_dataloader)
+        if self.monitor.next_step_exceeds():
+            self.monitor.stopped = True
+            self.monitor.stop_reason = "stopping before the first step: it would exceed the budget"
+            control.should_training_stop = True
+        return control
+
+    def on_step_begin(self, args, state, control, **kw):
+        if self.clear_dp_gradients and self.monitor.optimizer is not None:
+            self.monitor.optimizer.zero_grad(set_to_none=True)
+        return control
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.account_steps:
+            self.monitor.account()
+        record, stop = self.monitor.after_step(self._epoch(state))
+        self._publish(state, record)
+        if stop or (self.monitor.guard is not None and self.monitor.guard.should_stop):
+            control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs is not None and self._pending_log is not None:
+            logs.setdefault("epsilon_lower", self._pending_log["epsilon_lower"])
+            logs.setdefault("epsilon_upper", self._pending_log["epsilon_upper"])
+            self._pending_log = None
+        return control
+
+    def on_epoch_end(self, args, state, control, **kw):
+        record = self.monitor.epoch_end(self._epoch(state))
+        self._publish(state, record)
+        return control
+
+    def on_train_end(self, args, state, control, **kw):
+        self.monitor.train_end(self._epoch(state))
+        self.monitor.teardown()
+        return control

@@ -1,0 +1,108 @@
+"""PyTorch Lightning callback: log the privacy budget and stop before it is exceeded.
+
+    >>> trainer = pl.Trainer(callbacks=[PrivacyBudgetCallback(model.privacy_engine,
+    ...                                                       delta=1e-5, max_epsilon=3.0)])
+
+Logs ``epsilon_lower`` and ``epsilon_upper`` with ``pl_module.log`` every
+``log_every_n_steps`` optimisation steps and at each epoch end, and sets
+``trainer.should_stop`` when one more step would take the certified upper bound past
+``max_epsilon`` (look-ahead with the accountant's ``epsilon_after``).  When the
+trainer's optimizer is an Opacus ``DPOptimizer`` a :class:`~integrations.guard.BudgetGuard`
+in mode "stop" is also attached to it, so no step past the budget can be taken.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+try:
+    import pytorch_lightning as pl
+except ImportError:  # pragma: no cover - the unified "lightning" package
+    import lightning.pytorch as pl
+
+from ._callback_core import BudgetMonitor
+
+__all__ = ["PrivacyBudgetCallback"]
+
+
+class PrivacyBudgetCallback(pl.Callback):
+    """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded.
+
+    Args:
+        accountant: a ``PrivacyBucketsAccountant``, another Opacus accountant (upper
+            bound only) or an Opacus ``PrivacyEngine``.
+        delta: the delta the budget is measured at.
+        max_epsilon: the budget; None only logs.
+        log_every_n_steps: log every n optimisation steps (None: epoch ends only).
+        log_on_epoch_end: also log at every training epoch end.
+        prog_bar: show the bounds in the progress bar.
+        sinks: extra sinks (CSV, JSON lines, TensorBoard, logging) for the records.
+        noise_multiplier, sample_rate: the schedule, when no ``DPOptimizer`` tells it.
+        guard_optimizer: attach the hard-stop guard to a ``DPOptimizer``.
+        account_steps: step the accountant from the callback (for loops whose
+            optimizer does not account, e.g. noise added by hand).
+    """
+
+    def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
+                 log_every_n_steps: Optional[int] = 50, log_on_epoch_end: bool = True,
+                 prog_bar: bool = False, sinks: Optional[Iterable[Any]] = None,
+                 noise_multiplier: Optional[float] = None, sample_rate: Optional[float] = None,
+                 guard_optimizer: bool = True, account_steps: bool = False):
+        super().__init__()
+        self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
+                                     log_on_epoch_end, sinks, noise_multiplier, sample_rate,
+                                     guard_optimizer)
+        self.prog_bar = prog_bar
+        self.account_steps = account_steps
+        self._last_global_step = None
+
+    # -- convenience -------------------------------------------------------------------
+    @property
+    def records(self):
+        return self.monitor.records
+
+    @property
+    def stopped(self) -> bool:
+        return self.monitor.stopped
+
+    @property
+    def stop_reason(self) -> Optional[str]:
+        return self.monitor.stop_reason
+
+    @property
+    def guard(self):
+        return self.monitor.guard
+
+    def _log(self, pl_module, record, on_step: bool) -> None:
+        if record is None:
+            return
+        for name, value in (("epsilon_lower", record.eps_lower), ("epsilon_upper", record.eps_upper)):
+            pl_module.log(name, float(value), on_step=on_step, on_epoch=not on_step,
+                          prog_bar=self.prog_bar, logger=True)
+
+    # -- hooks -------------------------------------------------------------------------
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.monitor.setup(list(trainer.optimizers), data_loader=trainer.train_dataloader)
+        self._last_global_step = trainer.global_step
+        if self.monitor.next_step_exceeds():
+            self.monitor.stopped = True
+            self.monitor.stop_reason = "stopping before the first step: it would exceed the budget"
+            trainer.should_stop = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self._last_global_step:
+            return        # gradient accumulation: no optimisation step in this batch
+        self._last_global_step = trainer.global_step
+        if self.account_steps:
+            self.monitor.account()
+        record, stop = self.monitor.after_step(trainer.current_epoch)
+        self._log(pl_module, record, on_step=True)
+        if stop:
+            trainer.should_stop = True
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        record = self.monitor.epoch_end(trainer.current_epoch)
+        self._log(pl_module, record, on_step=False)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.monitor.train_end(trainer.current_epoch)
+        self.monitor.teardown()

@@ -1,0 +1,204 @@
+"""Where budget records go: Python logging, CSV, JSON lines, TensorBoard.
+
+A sink is anything with ``write(record)`` (and optionally ``close()``); a plain
+callable ``fn(record)`` is accepted too.  The file sinks append and flush after every
+record, so a crash loses nothing that was written (pass ``fsync=True`` to also survive
+an operating-system crash).  The library never configures logging handlers.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Optional
+
+from ._common import json_float
+
+__all__ = ["BudgetRecord", "Sink", "LoggingSink", "CSVSink", "JSONLinesSink",
+           "TensorBoardSink", "CallbackSink", "as_sink", "LOGGER_NAME"]
+
+LOGGER_NAME = "pb_accountant"
+
+
+@dataclass(frozen=True)
+class BudgetRecord:
+    """The privacy spent at one point of training.
+
+    ``eps_lower``/``eps_upper`` are the certified bounds at ``delta`` after ``step``
+    optimisation steps; ``noise_multiplier``/``sample_rate`` those of the last step
+    (None before the first).  ``event`` says what triggered the record: "step",
+    "epoch", "stop" (the guard's look-ahead), "end" or "manual".
+    """
+
+    step: int
+    epoch: Optional[int]
+    delta: float
+    eps_lower: float
+    eps_upper: float
+    noise_multiplier: Optional[float]
+    sample_rate: Optional[float]
+    event: str = "manual"
+    time: float = field(default=0.0, compare=False)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def as_json_dict(self) -> dict:
+        out = self.as_dict()
+        for key in ("delta", "eps_lower", "eps_upper", "noise_multiplier", "sample_rate", "time"):
+            out[key] = json_float(out[key])
+        return out
+
+
+FIELDS = [f.name for f in fields(BudgetRecord)]
+
+
+class Sink:
+    """Base class: ``write(record)`` and ``close()``."""
+
+    def write(self, record: BudgetRecord) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class CallbackSink(Sink):
+    """Calls ``fn(record)`` for every record."""
+
+    def __init__(self, fn: Callable[[BudgetRecord], Any]):
+        self.fn = fn
+
+    def write(self, record: BudgetRecord) -> None:
+        self.fn(record)
+
+
+class LoggingSink(Sink):
+    """Logs every record on the logger "pb_accountant" (no handlers are installed).
+
+    The record is attached to the ``LogRecord`` as ``budget`` (``extra={"budget": ...}``)
+    for structured handlers.
+    """
+
+    def __init__(self, logger: Optional[logging.Logger] = None, level: int = logging.INFO):
+        self.logger = logger or logging.getLogger(LOGGER_NAME)
+        self.level = level
+
+    def write(self, record: BudgetRecord) -> None:
+        if not self.logger.isEnabledFor(self.level):
+            return
+        epoch = "-" if record.epoch is None else record.epoch
+        self.logger.log(
+            self.level,
+            "privacy budget at step %d (epoch %s, %s): epsilon in [%.6g, %.6g] at delta=%g "
+            "(noise_multiplier=%s, sample_rate=%s)",
+            record.step, epoch, record.event, record.eps_lower, record.eps_upper, record.delta,
+            _short(record.noise_multiplier), _short(record.sample_rate),
+            extra={"budget": record.as_dict()})
+
+
+def _short(x) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+class _FileSink(Sink):
+    def __init__(self, path, fsync: bool = False):
+        self.path = os.fspath(path)
+        self.fsync = fsync
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8", newline="")
+
+    def _flush(self) -> None:
+        self._fh.flush()
+        if self.fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+class CSVSink(_FileSink):
+    """Appends one CSV row per record (header written once, when the file is new/empty)."""
+
+    def __init__(self, path, fsync: bool = False):
+        super().__init__(path, fsync)
+        self._writer = csv.DictWriter(self._fh, fieldnames=FIELDS)
+        if self._fh.tell() == 0:
+            self._writer.writeheader()
+            self._flush()
+
+    def write(self, record: BudgetRecord) -> None:
+        row = {k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
+               for k, v in record.as_dict().items()}
+        self._writer.writerow(row)
+        self._flush()
+
+
+class JSONLinesSink(_FileSink):
+    """Appends one JSON object per line; non-finite floats are written as "inf"/"nan"."""
+
+    def write(self, record: BudgetRecord) -> None:
+        self._fh.write(json.dumps(record.as_json_dict(), allow_nan=False) + "\n")
+        self._flush()
+
+
+class TensorBoardSink(Sink):
+    """Scalars ``<prefix>epsilon_lower``/``epsilon_upper`` (and the schedule) per step.
+
+    Uses ``torch.utils.tensorboard.SummaryWriter`` (imported on first use): pass a
+    ``log_dir`` or an existing ``writer``.  Non-finite values are skipped (TensorBoard
+    cannot plot them).  The writer is flushed after every record.
+    """
+
+    def __init__(self, log_dir=None, writer: Any = None, prefix: str = "privacy/",
+                 log_schedule: bool = True):
+        if writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # lazy: torch only here
+            writer = SummaryWriter(log_dir=None if log_dir is None else os.fspath(log_dir))
+            self._owns_writer = True
+        else:
+            self._owns_writer = False
+        self.writer = writer
+        self.prefix = prefix
+        self.log_schedule = log_schedule
+
+    @property
+    def log_dir(self) -> Optional[str]:
+        getter = getattr(self.writer, "get_logdir", None)
+        return getter() if getter else None
+
+    def write(self, record: BudgetRecord) -> None:
+        values = {"epsilon_lower": record.eps_lower, "epsilon_upper": record.eps_upper}
+        if self.log_schedule:
+            values["noise_multiplier"] = record.noise_multiplier
+            values["sample_rate"] = record.sample_rate
+        for name, value in values.items():
+            if value is not None and math.isfinite(value):
+                self.writer.add_scalar(self.prefix + name, value, global_step=record.step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self._owns_writer:
+            self.writer.close()
+        else:
+            self.writer.flush()
+
+
+def as_sink(obj: Any) -> Sink:
+    """A sink object as is; a callable wrapped in :class:`CallbackSink`."""
+    if hasattr(obj, "write"):
+        return obj
+    if callable(obj):
+        return CallbackSink(obj)
+    raise TypeError(f"a sink must have write(record) or be callable, got {type(obj).__name__}")

@@ -1,0 +1,192 @@
+"""``BudgetTracker``: record the privacy spent during training and send it to sinks.
+
+    >>> tracker = BudgetTracker(engine.accountant, delta=1e-5, every_n_steps=50,
+    ...                         sinks=[LoggingSink(), CSVSink("budget.csv")])
+    >>> tracker.attach(optimizer, data_loader=train_loader)   # Opacus DPOptimizer
+    >>> for epoch in range(epochs):
+    ...     for x, y in train_loader:
+    ...         ...; optimizer.step()                          # recorded every 50 steps
+    ...     tracker.on_epoch_end(epoch)                       # and at every epoch end
+
+Without Opacus call ``tracker.on_step()`` after each step (having stepped the
+accountant).  Each record holds step, epoch, delta, both certified epsilon bounds and
+the noise multiplier and sample rate in force.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, List, Optional
+
+from ._common import (accumulated_iterations, check_delta_arg, check_positive_arg,
+                      epsilon_bounds, find_dp_optimizer, infer_sample_rate,
+                      resolve_accountant, schedule_in_force, steps_taken)
+from .sampling import check_sample_rate
+from .sinks import (BudgetRecord, CSVSink, JSONLinesSink, LoggingSink, Sink,
+                    TensorBoardSink, as_sink)
+
+__all__ = ["BudgetTracker", "BudgetRecord", "LoggingSink", "CSVSink", "JSONLinesSink",
+           "TensorBoardSink"]
+
+
+class BudgetTracker:
+    """Records (step, epoch, delta, eps_lower, eps_upper, sigma, q) and writes it to sinks.
+
+    Args:
+        accountant: a ``PrivacyBucketsAccountant`` (both bounds), any Opacus accountant
+            (upper bound only; lower reported as 0) or a ``PrivacyEngine``.
+        delta: the delta the bounds are reported at.
+        every_n_steps: record every n optimisation steps (None: never on steps).
+        every_epoch: record at ``on_epoch_end``.
+        sinks: sink objects or callables; default ``[LoggingSink()]``.
+    """
+
+    def __init__(self, accountant: Any, delta: float, every_n_steps: Optional[int] = None,
+                 every_epoch: bool = True, sinks: Optional[Iterable[Any]] = None):
+        self._source = accountant
+        resolve_accountant(accountant)                      # fail early on a wrong type
+        self.delta = check_delta_arg(delta)
+        self.every_n_steps = check_positive_arg("every_n_steps", every_n_steps,
+                                                allow_none=True, integer=True)
+        self.every_epoch = bool(every_epoch)
+        self.sinks: List[Sink] = [as_sink(s) for s in (sinks if sinks is not None
+                                                        else [LoggingSink()])]
+        self.records: List[BudgetRecord] = []
+        self.step = 0
+        self.epoch = 0
+        self._counter = 0
+        self._optimizer = None
+        self._previous_hook = None
+        self._sample_rate: Optional[float] = None
+        self._account = False
+
+    # -- state ------------------------------------------------------------------------
+    @property
+    def accountant(self) -> Any:
+        return resolve_accountant(self._source)
+
+    @property
+    def last(self) -> Optional[BudgetRecord]:
+        return self.records[-1] if self.records else None
+
+    def _steps(self) -> int:
+        n = steps_taken(self.accountant)
+        return self._counter if n is None else n
+
+    def _schedule(self):
+        sigma, q = schedule_in_force(self.accountant)
+        if sigma is None and self._optimizer is not None:
+            sigma = float(self._optimizer.noise_multiplier)
+            q = self._sample_rate
+        return sigma, q
+
+    # -- recording ---------------------------------------------------------------------
+    def record(self, event: str = "manual", *, step: Optional[int] = None,
+               epoch: Optional[int] = None) -> BudgetRecord:
+        """Compute the bounds now and send a record to every sink."""
+        step = self._steps() if step is None else int(step)
+        epoch = self.epoch if epoch is None else int(epoch)
+        bounds = epsilon_bounds(self.accountant, self.delta)
+        sigma, q = self._schedule()
+        rec = BudgetRecord(step=step, epoch=epoch, delta=self.delta,
+                           eps_lower=float(bounds.lower), eps_upper=float(bounds.upper),
+                           noise_multiplier=sigma, sample_rate=q, event=event,
+                           time=time.time())
+        self.records.append(rec)
+        for sink in self.sinks:
+            sink.write(rec)
+        return rec
+
+    def on_step(self, step: Optional[int] = None) -> Optional[BudgetRecord]:
+        """Call after every optimisation step; records when ``every_n_steps`` divides it.
+
+        ``step`` defaults to the number of steps in the accountant's history (or an
+        internal counter for accountants without one).
+        """
+        self._counter += 1
+        self.step = self._steps() if step is None else int(step)
+        if self.every_n_steps and self.step > 0 and self.step % self.every_n_steps == 0:
+            if self.last is not None and self.last.step == self.step:
+                return None
+            return self.record("step")
+        return None
+
+    def on_epoch_end(self, epoch: Optional[int] = None) -> Optional[BudgetRecord]:
+        """Call at the end of every epoch (0-based ``epoch``; default: counted here)."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        rec = None
+        if self.every_epoch:
+            rec = self.record("epoch", epoch=epoch)
+        self.epoch = epoch + 1
+        return rec
+
+    def on_train_end(self) -> Optional[BudgetRecord]:
+        """Record the final budget unless the last record already is at this step."""
+        step = self._steps()
+        if self.last is not None and self.last.step == step:
+            return None
+        return self.record("end")
+
+    # -- Opacus ------------------------------------------------------------------------
+    def attach(self, optimizer: Any, *, data_loader: Any = None,
+               sample_rate: Optional[float] = None, account: Optional[bool] = None) -> "BudgetTracker":
+        """Call ``on_step`` after every step of an Opacus ``DPOptimizer``.
+
+        The tracker chains onto ``optimizer.step_hook`` and runs after the accountant's
+        own hook (installed by ``PrivacyEngine.make_private``), so each record includes
+        the step just taken.  With no hook installed (or ``account=True``) the tracker
+        steps the accountant itself with ``sample_rate`` (or 1/len(data_loader)).
+        The sample rate is checked with :func:`check_sample_rate`.
+        """
+        opt = find_dp_optimizer(optimizer)
+        if opt is None:
+            raise TypeError("attach() needs an Opacus DPOptimizer (with attach_step_hook), got "
+                            f"{type(optimizer).__name__}")
+        if self._optimizer is not None:
+            raise RuntimeError("this tracker is already attached to an optimizer; detach() first")
+        previous = getattr(opt, "step_hook", None)
+        self._account = previous is None if account is None else bool(account)
+        q = infer_sample_rate(sample_rate=sample_rate, optimizer=opt, data_loader=data_loader,
+                              accountant=self.accountant)
+        if q is None and self._account:
+            raise ValueError("the tracker must step the accountant (the optimizer has no "
+                             "accounting hook) but the sample rate is unknown: pass sample_rate= "
+                             "or data_loader=")
+        if q is not None:
+            check_sample_rate(q, data_loader, stacklevel=3)
+        self._sample_rate = q
+
+        def hook(optim):
+            if previous is not None:
+                previous(optim)
+            if self._account:
+                self.accountant.step(noise_multiplier=optim.noise_multiplier,
+                                     sample_rate=q * accumulated_iterations(optim))
+            self.on_step()
+
+        hook._pb_wrapped = previous
+        hook._pb_sample_rate = q
+        opt.attach_step_hook(hook)
+        self._optimizer, self._previous_hook, self._hook = opt, previous, hook
+        return self
+
+    def detach(self) -> None:
+        """Restore the optimizer's previous step hook."""
+        if self._optimizer is not None:
+            if getattr(self._optimizer, "step_hook", None) is self._hook:
+                self._optimizer.attach_step_hook(self._previous_hook)
+            self._optimizer = self._previous_hook = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach and close every sink."""
+        self.detach()
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> "BudgetTracker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,61 @@
+"""The examples run end to end (as a user would start them) and print sane numbers."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("opacus")
+pytest.importorskip("sklearn")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_example(name, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="2")
+    return subprocess.run([sys.executable, str(REPO / "examples" / name), *args],
+                          cwd=str(REPO), env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def parse_table(stdout):
+    lines = stdout.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["epoch"])
+    header = lines[header_at].split()
+    rows = []
+    for line in lines[header_at + 1:]:
+        parts = line.split()
+        if not parts or not parts[0].isdigit():
+            break
+        rows.append(dict(zip(header, [int(parts[0])] + [float(x) for x in parts[1:]])))
+    return header, rows
+
+
+def test_train_digits_runs():
+    res = run_example("train_digits.py", "--epochs", "2", "--seed", "0")
+    assert res.returncode == 0, res.stderr
+    header, rows = parse_table(res.stdout)
+    assert header[:6] == ["epoch", "test_acc", "pb_eps_lower", "pb_eps_upper", "prv_eps",
+                          "rdp_eps"]
+    assert [r["epoch"] for r in rows] == [1, 2]
+    for r in rows:
+        assert 0.0 < r["pb_eps_lower"] <= r["pb_eps_upper"]
+        assert r["pb_eps_upper"] <= r["rdp_eps"]
+        # PRV's printed value is its upper estimate; its interval is about +-0.01 wide,
+        # so the certified pb interval must overlap [prv - 0.03, prv]
+        assert r["pb_eps_lower"] <= r["prv_eps"]
+        assert r["pb_eps_upper"] >= r["prv_eps"] - 0.03
+        assert 0.0 <= r["test_acc"] <= 1.0
+    # more steps, more privacy spent (the certified intervals do not overlap)
+    assert rows[1]["pb_eps_lower"] > rows[0]["pb_eps_upper"]
+    assert rows[-1]["test_acc"] > 0.5            # it learns (chance is 0.1)
+    assert "certified:" in res.stdout
+    assert "Traceback" not in res.stderr
+
+
+def test_train_digits_rejects_bad_flags():
+    res = run_example("train_digits.py", "--delta", "2", timeout=120)
+    assert res.returncode == 2
+    assert "--delta" in res.stderr

@@ -1,0 +1,179 @@
+"""PrivacyBudgetCallback for Hugging Face transformers' Trainer, on CPU, no downloads.
+
+A tiny torch module (returning {"loss", "logits"}) is made private with Opacus; the
+Trainer gets the DPOptimizer through ``optimizers=`` and the Poisson DPDataLoader
+through ``get_train_dataloader``.  The callback must log the bounds and stop the
+Trainer before the certified epsilon exceeds the budget.
+"""
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("opacus")
+
+import pb_accountant  # noqa: F401
+from opacus import PrivacyEngine
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from transformers import Trainer, TrainingArguments, default_data_collator
+
+from integrations.huggingface import PrivacyBudgetCallback
+from pb_accountant import PrivacyBucketsAccountant
+
+from _budget_helpers import fresh_bounds, quiet_opacus_warnings
+
+DELTA = 1e-5
+SIGMA = 1.0
+N, BATCH = 64, 8
+Q = 1 / 8
+
+
+class Points(Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(N, 4, generator=g)
+        self.y = (self.x[:, 0] > 0).long()
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "labels": self.y[i]}
+
+
+class TinyClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+    def forward(self, x=None, labels=None, **unused):
+        logits = self.net(x)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = nn.functional.cross_entropy(logits, labels)
+        return out
+
+
+class DPTrainer(Trainer):
+    """Trains on the Poisson-sampling loader made by Opacus."""
+
+    def __init__(self, *args, dp_loader=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dp_loader = dp_loader
+
+    def get_train_dataloader(self):
+        return self.dp_loader
+
+
+def private_setup(accountant="pb"):
+    quiet_opacus_warnings()
+    torch.manual_seed(0)
+    data = Points()
+    model = TinyClassifier()
+    engine = PrivacyEngine(accountant=accountant)
+    model, optimizer, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        data_loader=DataLoader(data, batch_size=BATCH, collate_fn=default_data_collator),
+        noise_multiplier=SIGMA, max_grad_norm=1.0,
+        noise_generator=torch.Generator().manual_seed(0))
+    loader.generator = torch.Generator().manual_seed(1)
+    return data, engine, model, optimizer, loader
+
+
+def args_for(tmp_path, epochs, logging_steps=2):
+    return TrainingArguments(
+        output_dir=str(tmp_path), num_train_epochs=epochs, per_device_train_batch_size=BATCH,
+        logging_steps=logging_steps, report_to=[], save_strategy="no", use_cpu=True,
+        disable_tqdm=True, remove_unused_columns=False, max_grad_norm=0.0,
+        lr_scheduler_type="constant", learning_rate=0.5, dataloader_num_workers=0)
+
+
+def steps_of(accountant):
+    return sum(int(h[2]) for h in accountant.history)
+
+
+def test_trainer_stops_before_the_budget(tmp_path):
+    k = 13
+    max_eps = 0.5 * (fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+                     + fresh_bounds([(SIGMA, Q, k + 1)], DELTA).upper)
+    data, engine, model, optimizer, loader = private_setup()
+    callback = PrivacyBudgetCallback(engine, delta=DELTA, max_epsilon=max_eps)
+    payloads = []
+
+    class Reporter(transformers.TrainerCallback):       # a reporter after ours
+        def on_log(self, args, state, control, logs=None, **kw):
+            payloads.append(dict(logs))
+
+    trainer = DPTrainer(model=model, args=args_for(tmp_path, epochs=4), train_dataset=data,
+                        optimizers=(optimizer, None), callbacks=[callback, Reporter()],
+                        dp_loader=loader)
+    trainer.train()
+
+    acc = engine.accountant
+    assert steps_of(acc) == k == trainer.state.global_step
+    assert callback.stopped and "max_epsilon" in callback.stop_reason
+    assert trainer.control.should_training_stop
+    assert callback.guard.refused_steps == 0          # stopped by the callback, not the barrier
+    records = callback.records
+    assert [(r.step, r.event) for r in records] == [
+        (2, "step"), (4, "step"), (6, "step"), (8, "step"), (8, "epoch"), (10, "step"),
+        (12, "step"), (13, "stop"), (13, "epoch")]
+    assert all(r.eps_upper <= max_eps and r.sample_rate == Q for r in records)
+    final = fresh_bounds([(SIGMA, Q, k)], DELTA)
+    assert (records[-1].eps_lower, records[-1].eps_upper) == (final.lower, final.upper)
+    # the bounds are in the Trainer's log history and in the logs sent to reporters
+    history = [h for h in trainer.state.log_history if "epsilon_upper" in h]
+    assert [h["step"] for h in history] == [r.step for r in records]
+    assert history[-1]["epsilon_upper"] == records[-1].eps_upper and history[-1]["delta"] == DELTA
+    with_loss = [p for p in payloads if "loss" in p and "epsilon_upper" in p]
+    assert len(with_loss) == 6, "epsilon was not added to the Trainer's logging payload"
+    assert with_loss[0]["epsilon_upper"] == records[0].eps_upper
+    # the state is JSON-serialisable (trainer_state.json)
+    trainer.state.save_to_json(str(tmp_path / "state.json"))
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert any("epsilon_upper" in h for h in saved["log_history"])
+
+
+def test_hard_barrier_when_the_loop_ignores_the_callback(tmp_path):
+    """Even if a callback stop is missed (stop flag cleared), the guard refuses the step."""
+    k = 3
+    max_eps = 0.5 * (fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+                     + fresh_bounds([(SIGMA, Q, k + 1)], DELTA).upper)
+    data, engine, model, optimizer, loader = private_setup()
+    callback = PrivacyBudgetCallback(engine, delta=DELTA, max_epsilon=max_eps,
+                                     log_every_n_steps=1)
+
+    class IgnoreStop(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            control.should_training_stop = False
+
+    trainer = DPTrainer(model=model, args=args_for(tmp_path, epochs=1), train_dataset=data,
+                        optimizers=(optimizer, None), callbacks=[callback, IgnoreStop()],
+                        dp_loader=loader)
+    trainer.train()
+    assert steps_of(engine.accountant) == k                # 8 batches ran, 3 steps were taken
+    assert trainer.state.global_step == 8
+    assert callback.guard.should_stop and callback.guard.refused_steps == 5
+    assert fresh_bounds(engine.accountant.history, DELTA).upper <= max_eps
+
+
+def test_account_steps_without_opacus_optimizer(tmp_path):
+    """The callback can account the steps itself (noise added elsewhere)."""
+    data = Points()
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=None, log_every_n_steps=4,
+                                     noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    trainer = Trainer(model=TinyClassifier(), args=args_for(tmp_path, epochs=1, logging_steps=4),
+                      train_dataset=data, data_collator=default_data_collator,
+                      callbacks=[callback])
+    trainer.train()
+    assert acc.history == [(SIGMA, Q, 8)]
+    assert [(r.step, r.event) for r in callback.records] == [(4, "step"), (8, "step"),
+                                                             (8, "epoch")]
+    assert not callback.stopped

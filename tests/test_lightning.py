@@ -1,0 +1,183 @@
+"""PrivacyBudgetCallback for PyTorch Lightning, with opacus.lightning's DPLightningDataModule.
+
+The model follows Opacus's Lightning example: make_private is called inside
+configure_optimizers.  That example reads the training loader through
+``trainer._data_connector._train_dataloader_source``, which no longer exists in
+Lightning 2.x; ``trainer.datamodule.train_dataloader()`` is used instead (it returns
+the DPDataLoader of the DPLightningDataModule).
+"""
+import csv
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("pytorch_lightning")
+pytest.importorskip("opacus")
+
+import pb_accountant  # noqa: F401  (registers "pb")
+from opacus import PrivacyEngine
+from opacus.data_loader import DPDataLoader
+from opacus.lightning import DPLightningDataModule
+from pytorch_lightning.loggers import CSVLogger
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from integrations import CSVSink
+from integrations.lightning import PrivacyBudgetCallback
+
+from _budget_helpers import fresh_bounds, quiet_opacus_warnings
+
+DELTA = 1e-5
+SIGMA = 1.0
+N, BATCH = 64, 8            # 8 batches per epoch, sample rate 1/8
+Q = 1 / 8
+
+
+class TinyData(pl.LightningDataModule):
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(N, 4, generator=g)
+        self.train = TensorDataset(x, (x[:, 0] > 0).long())
+
+    def train_dataloader(self):
+        return DataLoader(self.train, batch_size=BATCH)
+
+
+class TinyDPModel(pl.LightningModule):
+    def __init__(self, accountant="pb"):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        self.privacy_engine = PrivacyEngine(accountant=accountant)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.5)
+        loader = self.trainer.datamodule.train_dataloader()
+        assert isinstance(loader, DPDataLoader)
+        if hasattr(self, "dp"):                      # a plain dict: no module cycle
+            self.dp["model"].remove_hooks()
+        dp_model, optimizer, _ = self.privacy_engine.make_private(
+            module=self, optimizer=optimizer, data_loader=loader, noise_multiplier=SIGMA,
+            max_grad_norm=1.0, poisson_sampling=isinstance(loader, DPDataLoader),
+            noise_generator=torch.Generator().manual_seed(0))
+        self.dp = {"model": dp_model}
+        return optimizer
+
+
+def make_trainer(tmp_path, callback, max_epochs):
+    return pl.Trainer(max_epochs=max_epochs, accelerator="cpu", devices=1,
+                      callbacks=[callback], logger=CSVLogger(str(tmp_path), name="run"),
+                      log_every_n_steps=1, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)
+
+
+def logged_metrics_csv(trainer):
+    path = f"{trainer.logger.log_dir}/metrics.csv"
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def steps_of(accountant):
+    return sum(int(h[2]) for h in accountant.history)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    quiet_opacus_warnings()
+    import warnings
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
+    warnings.filterwarnings("ignore", message=".*val_dataloader.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+
+
+def test_callback_stops_before_budget_and_logs(tmp_path):
+    k = 11                  # the budget allows exactly k steps: one epoch and 3 steps
+    lo = fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+    hi = fresh_bounds([(SIGMA, Q, k + 1)], DELTA).upper
+    max_eps = 0.5 * (lo + hi)
+    model = TinyDPModel()
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, max_epsilon=max_eps,
+                                     log_every_n_steps=2, sinks=[CSVSink(tmp_path / "b.csv")])
+    trainer = make_trainer(tmp_path, callback, max_epochs=5)
+    trainer.fit(model, datamodule=DPLightningDataModule(TinyData()))
+
+    acc = model.privacy_engine.accountant
+    assert steps_of(acc) == k == trainer.global_step
+    assert trainer.should_stop and callback.stopped and "max_epsilon" in callback.stop_reason
+    # the guard on the DPOptimizer was attached with the sample rate opacus accounts
+    assert callback.guard is not None and callback.guard.refused_steps == 0
+    assert acc.history == [(SIGMA, Q, k)]
+    # every record within the target, the last at the stopping step
+    records = callback.records
+    assert records and all(r.eps_upper <= max_eps for r in records)
+    assert [(r.step, r.event) for r in records] == [
+        (2, "step"), (4, "step"), (6, "step"), (8, "step"), (8, "epoch"), (10, "step"),
+        (11, "stop"), (11, "epoch")]      # Lightning ends the interrupted epoch too
+    assert records[-1].epoch == 1                     # stopped in the middle of epoch 2
+    assert records[-1].eps_upper == fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+    assert records[-1].eps_lower == fresh_bounds([(SIGMA, Q, k)], DELTA).lower
+    assert all(r.noise_multiplier == SIGMA and r.sample_rate == Q for r in records)
+    # pl_module.log: the logger got epsilon_lower / epsilon_upper
+    rows = logged_metrics_csv(trainer)
+    logged = [(int(r["step"]), float(r["epsilon_upper"])) for r in rows if r.get("epsilon_upper")]
+    assert logged and max(v for _, v in logged) <= max_eps
+    assert any(r.get("epsilon_lower") for r in rows)
+    assert float(trainer.callback_metrics["epsilon_upper"]) == pytest.approx(
+        records[-1].eps_upper, rel=1e-6)
+    # the extra sink got the same records
+    with open(tmp_path / "b.csv", newline="") as fh:
+        assert [int(r["step"]) for r in csv.DictReader(fh)] == [r.step for r in records]
+    # the guard was detached at the end of training
+    assert "step" not in vars(trainer.optimizers[0])
+
+
+def test_callback_without_budget_only_logs(tmp_path):
+    model = TinyDPModel()
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, log_every_n_steps=None)
+    trainer = make_trainer(tmp_path, callback, max_epochs=2)
+    trainer.fit(model, datamodule=DPLightningDataModule(TinyData()))
+    assert not callback.stopped and callback.guard is None
+    assert steps_of(model.privacy_engine.accountant) == 16
+    assert [(r.step, r.epoch, r.event) for r in callback.records] == [(8, 0, "epoch"),
+                                                                       (16, 1, "epoch")]
+    rows = [r for r in logged_metrics_csv(trainer) if r.get("epsilon_upper")]
+    assert len(rows) == 2
+    assert float(rows[-1]["epsilon_upper"]) == pytest.approx(callback.records[-1].eps_upper,
+                                                             rel=1e-6)
+
+
+def test_budget_too_small_for_a_single_step(tmp_path):
+    model = TinyDPModel()
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, max_epsilon=0.05)
+    trainer = make_trainer(tmp_path, callback, max_epochs=1)
+    trainer.fit(model, datamodule=DPLightningDataModule(TinyData()))
+    assert model.privacy_engine.accountant.history == []
+    assert callback.stopped and trainer.global_step == 0
+
+
+def test_callback_with_an_rdp_accountant(tmp_path):
+    """Any Opacus accountant works (upper bound only; the lower bound is logged as 0)."""
+    from opacus.accountants import RDPAccountant
+
+    def rdp(steps):
+        ref = RDPAccountant()
+        ref.history = [(SIGMA, Q, steps)]
+        return ref.get_epsilon(DELTA)
+
+    max_eps = 0.5 * (rdp(10) + rdp(11))
+    model = TinyDPModel(accountant="rdp")
+    acc = model.privacy_engine.accountant
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=max_eps, log_every_n_steps=4)
+    trainer = make_trainer(tmp_path, callback, max_epochs=3)
+    trainer.fit(model, datamodule=DPLightningDataModule(TinyData()))
+    assert callback.stopped and steps_of(acc) == 10
+    assert acc.get_epsilon(DELTA) <= max_eps
+    assert all(r.eps_lower == 0.0 and r.eps_upper <= max_eps for r in callback.records)
