@@ -286,6 +286,8 @@ class GroupedBuckets:
     rows: np.ndarray          # (4, 2n+1)
     error: np.ndarray         # (4,) l1 error bounds per row
     compositions: int = 1
+    a_pinf: float = 0.0       # A-mass of the group of events with loss +inf (B = 0)
+    b_minf: float = 0.0       # B-mass of the group of events with loss -inf (A = 0)
 
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:
@@ -294,13 +296,28 @@ class GroupedBuckets:
         return (np.arange(-n + 1, n + 1, dtype=float) - 0.5) * grid.log_factor
 
     @staticmethod
-    def from_masses(grid: Grid, a, b, ea, eb) -> "GroupedBuckets":
-        """From masses on the K+1 = 2n+1 intervals cut by ``leaf_grid_points``."""
+    def from_masses(grid: Grid, a, b, ea, eb, infinities=(0.0, 0.0)) -> "GroupedBuckets":
+        """From masses on the K+1 = 2n+1 intervals cut by ``leaf_grid_points``;
+        ``infinities`` = (A-mass at loss +inf, B-mass at loss -inf) become their own
+        groups (they would otherwise be dropped with the range under composition)."""
         t = grid.losses
+        a = a.copy()
+        b = b.copy()
+        a_pinf, b_minf = infinities
+        a[-1] = max(a[-1] - a_pinf, 0.0)
+        b[0] = max(b[0] - b_minf, 0.0)
         et = np.exp(t)
         rows = np.vstack([a, b * et, b, a / et])
         error = np.array([ea.sum(), (eb * et).sum(), eb.sum(), (ea / et).sum()])
-        return GroupedBuckets(grid, rows, error * (1 + 1e-9) + 8 * _U * rows.sum(axis=1))
+        error = error * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
+        error[0] += 4 * _U * a_pinf
+        error[2] += 4 * _U * b_minf
+        return GroupedBuckets(grid, rows, error, 1, float(a_pinf), float(b_minf))
+
+    def _product_infinities(self, other: "GroupedBuckets"):
+        """Events with a +inf (-inf) component: A-mass a1 + a2 - a1 a2 (B likewise)."""
+        return (self.a_pinf + other.a_pinf - self.a_pinf * other.a_pinf,
+                self.b_minf + other.b_minf - self.b_minf * other.b_minf)
 
     def compose(self, other: "GroupedBuckets", centre: float = 0.0) -> "GroupedBuckets":
         """Convolve, then keep 2n+1 labels around ``centre`` (a loss value)."""
@@ -324,14 +341,15 @@ class GroupedBuckets:
         err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((4, 1)))
         if shift:
             err = err * np.array([1.0, 1.0 + 4 * _U, 1.0, 1.0 + 4 * _U])
-        return GroupedBuckets(self.grid, rows, err, self.compositions + other.compositions)
+        return GroupedBuckets(self.grid, rows, err, self.compositions + other.compositions,
+                              *self._product_infinities(other))
 
     def padded(self, n: int) -> "GroupedBuckets":
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
         return GroupedBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
-                              self.error, self.compositions)
+                              self.error, self.compositions, self.a_pinf, self.b_minf)
 
     def compose_full(self, other: "GroupedBuckets") -> "GroupedBuckets":
         if other.grid != self.grid:
@@ -341,7 +359,8 @@ class GroupedBuckets:
         err = _propagate(self.error, self.rows.sum(axis=1), other.error,
                          other.rows.sum(axis=1), fft_err, np.zeros((4, 1)))
         return GroupedBuckets(Grid(self.grid.log_factor, 2 * n), z, err,
-                              self.compositions + other.compositions)
+                              self.compositions + other.compositions,
+                              *self._product_infinities(other))
 
     def restricted(self, n: int, centre: float = 0.0) -> "GroupedBuckets":
         """Keep 2n+1 labels around ``centre`` (a loss value); groups outside are dropped."""
@@ -361,7 +380,7 @@ class GroupedBuckets:
             rows[1] /= scale
             rows[3] *= scale
             err = err * np.array([1.0, 1.0 + 4 * _U, 1.0, 1.0 + 4 * _U])
-        return GroupedBuckets(Grid(d, n), rows, err, self.compositions)
+        return GroupedBuckets(Grid(d, n), rows, err, self.compositions, self.a_pinf, self.b_minf)
 
     def squared(self) -> "GroupedBuckets":
         n = self.grid.number_of_buckets
@@ -370,7 +389,8 @@ class GroupedBuckets:
         rows = np.vstack([_merge_pairs(A, n), _merge_pairs(C, n, f),
                           _merge_pairs(B, n), _merge_pairs(D, n, 1.0 / f)])
         err = self.error * np.array([1.0, f, 1.0, 1.0]) + 4.0 * _U * self.rows.sum(axis=1)
-        return GroupedBuckets(self.grid.squared(), rows, err, self.compositions)
+        return GroupedBuckets(self.grid.squared(), rows, err, self.compositions, self.a_pinf,
+                              self.b_minf)
 
 
 # --------------------------------------------------------------------------- paper

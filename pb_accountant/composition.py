@@ -135,7 +135,8 @@ class BucketSet:
         grouped = None
         if "grouped" in methods:
             cuts = GroupedBuckets.leaf_grid_points(grid)
-            grouped = GroupedBuckets.from_masses(grid, *pair.bucket_masses_with_error(cuts))
+            grouped = GroupedBuckets.from_masses(grid, *pair.bucket_masses_with_error(cuts),
+                                                 infinities=pair.infinity_masses())
         paper = None
         if "paper" in methods:
             mirrored = pair.mirrored().bucket_masses_with_error(t)

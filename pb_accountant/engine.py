@@ -121,9 +121,12 @@ class PrivacyBuckets:
                 th_a = np.minimum(t + k, t + _log(gA) - _log(gC))
                 th_b = np.minimum(-t + k, -t + _log(gB) - _log(gD))
             w = math.exp(k)
+            g = bs.grouped
             self._lower["grouped"] = [
-                ThresholdSum.build(np.nan_to_num(th_a, nan=-np.inf), gA, qa, -(e[0] + w * e[1]), False),
-                ThresholdSum.build(np.nan_to_num(th_b, nan=-np.inf), gB, qb, -(e[2] + w * e[3]), False)]
+                ThresholdSum.build(np.nan_to_num(th_a, nan=-np.inf), gA, qa,
+                                   g.a_pinf - (e[0] + w * e[1]), False),
+                ThresholdSum.build(np.nan_to_num(th_b, nan=-np.inf), gB, qb,
+                                   g.b_minf - (e[2] + w * e[3]), False)]
         if bs.paper is not None:
             self._upper["paper"] = [_PaperUpper(p) for p in bs.paper]
             lows = []

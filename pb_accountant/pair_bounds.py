@@ -41,10 +41,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
-from scipy import special
 
 from .buckets import MAX_LOSS_RANGE, Grid
 from .comparison import (CDPParams, _array, _choice, _count, _real, cdp_delta, kov_curve,
@@ -113,7 +112,8 @@ class _Direction:
 
     ``rdp``: D_alpha of the conditional pair (A', B'); ``log_m_num``/``log_m_den``: log of
     the masses m of the common part (times the composition counts); ``log_mj_num``: log of
-    (m + junk) with junk the numerator's distinguishing mass plus its certified round-off;
+    (m + junk) with junk the numerator's distinguishing mass plus its certified round-off.
+    ``log_m_num`` is rounded down and ``log_m_num_hi`` up (each is conservative where used).
     """
 
     rdp: np.ndarray

@@ -105,6 +105,8 @@ def certified_lower_epsilon(curves, delta: float) -> float:
     """Largest eps found with max_c c(eps) > delta, verified at that point; 0 if none."""
     best = 0.0
     for c in curves:
+        if not c.upper and c.const > delta:
+            return math.inf               # the infinity group alone exceeds delta
         x = c.crossing(delta)
         if x == 0.0:
             continue

@@ -62,5 +62,7 @@ def test_bounds_bracket_bruteforce(seq, epsilons):
     assert 0.0 <= eb.lower <= eb.upper
     if math.isfinite(eb.upper):
         assert hockey_stick(pa, pbv, eb.upper) <= delta + 1e-15
-    if eb.lower > 0:
+    if math.isinf(eb.lower):                         # certified: delta(eps) > delta for all eps
+        assert hockey_stick(pa, pbv, 700.0) > delta - 1e-15
+    elif eb.lower > 0:
         assert hockey_stick(pa, pbv, eb.lower) > delta - 1e-15

@@ -120,3 +120,19 @@ def test_expert_overrides_are_honoured():
     pb = compose([(Gaussian(3.0), 64)], number_of_buckets=2000, factor=math.exp(1e-3))
     assert pb.grid_info.number_of_buckets == 2000
     assert pb.grid_info.log_factor >= 1e-3 * (1 - 1e-12)
+
+
+def test_distinguishing_mass_survives_composition_in_the_lower_bound():
+    """Truncated Laplace: one-sided outcomes have loss +-inf; r-fold they carry
+    1 - (1 - a)^r of delta at every epsilon, so eps(delta) = inf below it."""
+    from pb_accountant import Laplace
+    lap = Laplace(200.0, truncation=2500.0)
+    a, _ = lap.infinity_masses()
+    r = 512
+    floor = -math.expm1(r * math.log1p(-a))
+    pb = compose([(lap, r)], delta=1e-10)
+    db = pb.delta_bounds(np.array([0.5, 1.0, 5.0]))
+    assert np.all(db.lower >= floor * (1 - 1e-3))       # minus certified round-off
+    assert np.all(db.lower <= db.upper)
+    below = pb.epsilon_bounds(floor / 2)
+    assert math.isinf(below.lower) and math.isinf(below.upper)
