@@ -182,12 +182,13 @@ class SplitBuckets:
                             self.b_minf + b_over, err, self.compositions,
                             self.overflow + max(a_over, b_over))
 
-    def compose_full(self, other: "SplitBuckets") -> "SplitBuckets":
+    def compose_full(self, other: "SplitBuckets", tolerance: float = 0.0) -> "SplitBuckets":
         """T1 x T2 with all 4n+1 indices kept (no corner folding yet)."""
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
         n = self.grid.number_of_buckets
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
+                                   tolerance)
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf
         err = _propagate(self.error, self.masses(), other.error, other.masses(), fft_err,
@@ -351,11 +352,12 @@ class GroupedBuckets:
         return GroupedBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
                               self.error, self.compositions, self.a_pinf, self.b_minf)
 
-    def compose_full(self, other: "GroupedBuckets") -> "GroupedBuckets":
+    def compose_full(self, other: "GroupedBuckets", tolerance: float = 0.0) -> "GroupedBuckets":
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
         n = self.grid.number_of_buckets
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
+                                   tolerance)
         err = _propagate(self.error, self.rows.sum(axis=1), other.error,
                          other.rows.sum(axis=1), fft_err, np.zeros((4, 1)))
         return GroupedBuckets(Grid(self.grid.log_factor, 2 * n), z, err,
@@ -469,12 +471,13 @@ class PaperBuckets:
         err = np.array([self.error[0], self.error[1], self.error[0]])
         return PaperBuckets(self.grid, rows, self.a_inf, self.u, err, self.compositions)
 
-    def compose_full(self, other: "PaperBuckets") -> "PaperBuckets":
+    def compose_full(self, other: "PaperBuckets", tolerance: float = 0.0) -> "PaperBuckets":
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
         n = self.grid.number_of_buckets
         self, other = self.tamed(), other.tamed()
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
+        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
+                                   tolerance)
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
         my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])

@@ -22,12 +22,11 @@ from ._validation import check_count, check_delta, check_real
 from .buckets import MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets
 from .mechanisms import MechanismPair
 
-UPPER_METHODS = ("split", "paper")
-LOWER_METHODS = ("grouped", "paper")
-#: steps the automatic per-step infinity budget is sized for
-MAX_STEPS_PLANNED = 2 ** 21
+#: the per-step infinity budget is sized for the history's length rounded up to a
+#: power of two, and for at least this many steps (fewer grid changes during training)
+MIN_STEPS_PLANNED = 2 ** 14
 #: fraction of the target delta the infinity atoms may take in the end
-INFINITY_FRACTION = 1e-4
+INFINITY_FRACTION = 1e-3
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,16 @@ def delta_class(delta: Optional[float]) -> float:
     return 10.0 ** math.floor(math.log10(delta) + 1e-12)
 
 
-def per_step_infinity_budget(delta_q: float) -> float:
-    return INFINITY_FRACTION * delta_q / MAX_STEPS_PLANNED
+def planned_steps(total_steps: int) -> int:
+    """History length rounded up to a power of two (at least MIN_STEPS_PLANNED)."""
+    return max(MIN_STEPS_PLANNED, 1 << max(int(total_steps) - 1, 0).bit_length())
+
+
+def per_step_infinity_budget(delta_q: float, planned: int = MIN_STEPS_PLANNED) -> float:
+    """Infinity mass one step may add: the corners of every one of the ~log2(planned)
+    composition levels may each add that much per composed step, so the total stays
+    below INFINITY_FRACTION * delta."""
+    return INFINITY_FRACTION * delta_q / (planned * max(1, planned.bit_length()))
 
 
 def buckets_for(reach: float, log_factor: float, cap: int) -> int:
@@ -88,9 +95,9 @@ def buckets_for(reach: float, log_factor: float, cap: int) -> int:
     return int(min(n, cap))
 
 
-def leaf_grid(pair: MechanismPair, delta_q: float, options: BucketOptions) -> Grid:
+def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions) -> Grid:
     """Leaf grid: a power-of-two spacing so that grids of different pairs align."""
-    lo, hi = pair.loss_range(per_step_infinity_budget(delta_q))
+    lo, hi = pair.loss_range(budget)
     # losses beyond MAX_LOSS_RANGE / 8 go to the infinity atoms: sound, and the grid,
     # its products and e^t stay inside floating-point range
     reach = min(max(abs(lo), abs(hi), 1e-9), MAX_LOSS_RANGE / 8.0)
@@ -198,13 +205,16 @@ class BucketSet:
         g = self.grid
         return g.number_of_buckets * g.log_factor * 4.0 <= MAX_LOSS_RANGE
 
-    def compose_full(self, other: "BucketSet", same: bool) -> "BucketSet":
+    def compose_full(self, other: "BucketSet", same: bool, tolerance: float) -> "BucketSet":
+        """Product with all indices kept; ``tolerance``: round-off worth a finer split."""
         o = self if same else other
         grid = Grid(self.grid.log_factor, 2 * self.grid.number_of_buckets)
+        t = tolerance
         return BucketSet(
-            grid, self.split.compose_full(o.split),
-            self.grouped.compose_full(o.grouped) if self.grouped is not None else None,
-            tuple(p.compose_full(q) for p, q in zip(self.paper, o.paper)) if self.paper else None)
+            grid, self.split.compose_full(o.split, t),
+            self.grouped.compose_full(o.grouped, t) if self.grouped is not None else None,
+            tuple(p.compose_full(q, t) for p, q in zip(self.paper, o.paper))
+            if self.paper else None)
 
 
 def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
@@ -227,10 +237,12 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
         y = x if same else y.restricted(n)
     x = x.padded(n)
     y = x if same else y.padded(n)
+    # round-off above this share of the product's infinity budget buys a finer split
+    tol = 0.1 * budget_per_step * (x.compositions + y.compositions)
     if options.number_of_buckets is not None:
         # the paper's rule on a fixed number of buckets
         while True:
-            z = x.compose_full(y, same).restricted(n)
+            z = x.compose_full(y, same, tol).restricted(n)
             inf_before = (max(x.split.a_inf, x.split.b_minf) + max(y.split.a_inf, y.split.b_minf))
             inf_after = max(z.split.a_inf, z.split.b_minf)
             if (z.split.overflow > budget_per_step * z.compositions
@@ -239,7 +251,7 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
                 y = x if same else y.squared()
                 continue
             return z
-    z = x.compose_full(y, same)
+    z = x.compose_full(y, same, tol)
     tail = budget_per_step * z.compositions
     _, spread = z.split.loss_moments()
     while (2.0 * z.grid.log_factor <= options.resolution * spread and z.can_square()):
@@ -285,10 +297,10 @@ class Composer:
         self._cache_size = cache_size
 
     # -- configuration ---------------------------------------------------------------
-    def _config(self, delta: Optional[float], methods: FrozenSet[str]):
+    def _config(self, delta: Optional[float], methods: FrozenSet[str], total_steps: int):
         dq = delta_class(delta)
         budget = (self.options.free_infty_budget if self.options.free_infty_budget is not None
-                  else per_step_infinity_budget(dq))
+                  else per_step_infinity_budget(dq, planned_steps(total_steps)))
         return dq, budget, methods
 
     def _remember(self, key, value):
@@ -302,7 +314,7 @@ class Composer:
         key = (pair, cfg)
         chain = self._powers.get(key)
         if chain is None:
-            chain = [BucketSet.leaf(pair, leaf_grid(pair, dq, self.options), methods)]
+            chain = [BucketSet.leaf(pair, leaf_grid(pair, budget, self.options), methods)]
             self._powers[key] = chain
             while len(self._powers) > self._cache_size // 4:
                 self._powers.pop(next(iter(self._powers)))
@@ -334,8 +346,8 @@ class Composer:
         unknown = methods - {"split", "grouped", "paper"}
         if unknown:
             raise ValueError(f"methods must be among 'split', 'grouped', 'paper', got {sorted(unknown)!r}")
-        cfg = self._config(delta, methods)
         history = canonical_history(history)
+        cfg = self._config(delta, methods, sum(count for _, count in history))
         result = None
         for i, (pair, count) in enumerate(history):
             key = ("hist", history[: i + 1], cfg)

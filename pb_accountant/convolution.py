@@ -85,11 +85,27 @@ def _row_norms(v):
     return np.abs(v).sum(axis=1), np.sqrt(np.einsum("ij,ij->i", v, v))
 
 
-def convolve_rows(x: np.ndarray, y: np.ndarray | None = None):
+def _round_to(v, step):
+    """v = part + rest exactly, part on the grid ``step`` (a power of two per row)."""
+    part = np.round(v / step) * step
+    rest = v - part
+    rest[np.abs(rest) < _TINY] = 0.0
+    return part, rest
+
+
+def _pair_bound(n_fft, na, nb):
+    return np.array([convolution_l2_error(n_fft, a1, a2, b1, b2)
+                     for a1, a2, b1, b2 in zip(na[0], na[1], nb[0], nb[1])])
+
+
+def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
     """Full linear convolution of matching rows of ``x`` and ``y`` (``y=None``: x with x).
 
     Returns (z, l1_error): z has shape (rows, 2m-1), l1_error[k] bounds the l1 norm of
     the round-off of row k.  All rows go through one batched, multi-threaded transform.
+    Each row is split exactly into hi + lo (or hi + mid + lo when the two-way bound
+    would exceed ``tolerance``); the products of the leading parts are recovered
+    exactly by rounding to their grids, only the rest carries round-off.
     """
     rows, m = x.shape
     n_fft = fft_length(m)
@@ -103,49 +119,93 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None):
     l1x, l2x = _row_norms(xs)
     l1y, l2y = (l1x, l2x) if same else _row_norms(ys)
     bits = np.minimum(_exact_bits(n_fft, l1x, l2x), _exact_bits(n_fft, l1y, l2y))
-    step = np.ldexp(1.0, -bits.astype(int))[:, None]
-    hx = np.round(xs / step) * step
-    lx = xs - hx
-    lx[np.abs(lx) < _TINY] = 0.0
-    if same:
-        hy, ly = hx, lx
-        spectra = _rfft(np.stack([hx, lx]), n_fft)
-        fh, fl = spectra
-        products = np.stack([fh * fh, fl * (2.0 * fh + fl)])
+    s0 = np.ldexp(1.0, -bits.astype(int))[:, None]
+    hx, rx = _round_to(xs, s0)
+    hy, ry = (hx, rx) if same else _round_to(ys, s0)
+    n_hx, n_rx = _row_norms(hx), _row_norms(rx)
+    n_hy, n_ry = (n_hx, n_rx) if same else (_row_norms(hy), _row_norms(ry))
+    two_way = (_pair_bound(n_fft, n_hx, n_ry) + _pair_bound(n_fft, n_rx, n_hy)
+               + _pair_bound(n_fft, n_rx, n_ry)) * 1.5 * math.sqrt(n_fft)
+    scale = np.ldexp(1.0, (ex + ey).astype(int))
+    three_way = bool(np.any(two_way * scale > tolerance))
+    if three_way:
+        # mid part: the hi*mid products must land on grid s0*s1 with room to round
+        proxy = _pair_bound(n_fft, n_hx, n_ry) + _pair_bound(n_fft, n_rx, n_hy)
+        b2 = np.floor(np.log2(s0[:, 0] ** 2 / np.maximum(8.0 * proxy, 1e-300)))
+        s1 = s0 * np.ldexp(1.0, -np.clip(b2, 1, 40).astype(int))[:, None]
+        mx, lx = _round_to(rx, s1)
+        my, ly = (mx, lx) if same else _round_to(ry, s1)
+        parts = [hx, mx, lx] if same else [hx, mx, lx, hy, my, ly]
+        spectra = _rfft(_stacked(parts), n_fft)
+        products = np.empty((3,) + spectra.shape[1:], dtype=spectra.dtype)
+        if same:
+            fh, fm, fl = spectra
+            np.multiply(fh, fh, out=products[0])
+            np.multiply(fh, fm, out=products[1])
+            products[1] *= 2.0
+            np.add(fh, fm, out=products[2])
+            products[2] *= 2.0
+            products[2] += fl
+            products[2] *= fl
+            products[2] += fm * fm
+        else:
+            fhx, fmx, flx, fhy, fmy, fly = spectra
+            np.multiply(fhx, fhy, out=products[0])
+            np.multiply(fhx, fmy, out=products[1])
+            products[1] += fmx * fhy
+            np.multiply(fmx, fmy, out=products[2])
+            products[2] += fhx * fly
+            products[2] += flx * (fhy + fmy + fly)
+            products[2] += fmx * fly
+        n_mx, n_lx = _row_norms(mx), _row_norms(lx)
+        n_my, n_ly = (n_mx, n_lx) if same else (_row_norms(my), _row_norms(ly))
+        grids = [(s0 * s0)[:, 0], (s0 * s1)[:, 0]]
+        bounds = [_pair_bound(n_fft, n_hx, n_hy),
+                  _pair_bound(n_fft, n_hx, n_my) + _pair_bound(n_fft, n_mx, n_hy)]
+        rest = (_pair_bound(n_fft, n_mx, n_my) + _pair_bound(n_fft, n_hx, n_ly)
+                + _pair_bound(n_fft, n_lx, n_hy) + _pair_bound(n_fft, n_mx, n_ly)
+                + _pair_bound(n_fft, n_lx, n_my) + _pair_bound(n_fft, n_lx, n_ly)) * 2.0
     else:
-        hy = np.round(ys / step) * step
-        ly = ys - hy
-        ly[np.abs(ly) < _TINY] = 0.0
-        fhx, flx, fhy, fly = _rfft(np.stack([hx, lx, hy, ly]), n_fft)
-        products = np.stack([fhx * fhy, fhx * fly + flx * (fhy + fly)])
-    zhh, zc = _irfft(products, n_fft)[:, :, : 2 * m - 1]
-    n_hx, n_lx = _row_norms(hx), _row_norms(lx)
-    n_hy, n_ly = (n_hx, n_lx) if same else (_row_norms(hy), _row_norms(ly))
-    grid = (step * step)[:, 0]
-    out = np.zeros((rows, 2 * m - 1))
-    errors = np.zeros(rows)
-    for k in range(rows):
-        if not live[k]:
-            continue
-        bound_hh = convolution_l2_error(n_fft, n_hx[0][k], n_hx[1][k], n_hy[0][k], n_hy[1][k])
-        zk = zhh[k]
-        exact = bound_hh < 0.25 * grid[k]
-        if exact:
-            zk = np.round(zk / grid[k]) * grid[k]
-        l2_err = (convolution_l2_error(n_fft, n_hx[0][k], n_hx[1][k], n_ly[0][k], n_ly[1][k])
-                  + convolution_l2_error(n_fft, n_lx[0][k], n_lx[1][k], n_hy[0][k], n_hy[1][k])
-                  + convolution_l2_error(n_fft, n_lx[0][k], n_lx[1][k], n_ly[0][k], n_ly[1][k])
-                  ) * 1.5
-        if not exact:
-            l2_err += bound_hh
-        z = zk + zc[k]
-        z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
-        l1_err = (math.sqrt(n_fft) * l2_err + 4.0 * UNIT_ROUNDOFF * float(z.sum())
-                  + _TINY * z.size)
-        scale = 2.0 ** (int(ex[k]) + int(ey[k]))
-        out[k] = z * scale
-        errors[k] = l1_err * scale
-    return out, errors
+        spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry]), n_fft)
+        products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
+        if same:
+            fh, fr = spectra
+            np.multiply(fh, fh, out=products[0])
+            np.multiply(fh, 2.0, out=products[1])
+            products[1] += fr
+            products[1] *= fr
+        else:
+            fhx, frx, fhy, fry = spectra
+            np.multiply(fhx, fhy, out=products[0])
+            np.add(fhy, fry, out=products[1])
+            products[1] *= frx
+            products[1] += fhx * fry
+        grids = [(s0 * s0)[:, 0]]
+        bounds = [_pair_bound(n_fft, n_hx, n_hy)]
+        rest = two_way / math.sqrt(n_fft)
+    results = _irfft(products, n_fft)
+    z = results[-1, :, : 2 * m - 1].copy()
+    l2_err = np.asarray(rest, dtype=float).copy()
+    for j, (grid, bound) in enumerate(zip(grids, bounds)):
+        part = results[j, :, : 2 * m - 1]
+        exact = bound < 0.25 * grid
+        g = grid[:, None]
+        z += np.where(exact[:, None], np.round(part / g) * g, part)      # exact rows
+        l2_err += np.where(exact, 0.0, bound)
+    z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
+    l1_err = (math.sqrt(n_fft) * l2_err + 4.0 * len(grids) * UNIT_ROUNDOFF * z.sum(axis=1)
+              + _TINY * z.shape[1])
+    z *= scale[:, None]
+    z[~live] = 0.0
+    errors = np.where(live, l1_err * scale, 0.0)
+    return z, errors
+
+
+def _stacked(parts):
+    out = np.empty((len(parts),) + parts[0].shape)
+    for i, p in enumerate(parts):
+        out[i] = p
+    return out
 
 
 def _rfft(a, n):

@@ -81,3 +81,14 @@ def test_zero_rows_and_scaling():
     z, err = convolve_rows(x)
     assert np.all(z[0] == 0) and err[0] == 0
     assert z[1, 8] == pytest.approx(1e-400 if 1e-400 > 0 else 0.0, abs=1e-300)
+
+
+@pytest.mark.parametrize("tolerance", [0.0, 1.0])
+def test_two_and_three_way_splits_are_certified(rng, tolerance):
+    """tolerance 0 forces the three-way split, 1 keeps the two-way one."""
+    x = vectors(rng, "peaked", 150)
+    y = vectors(rng, "dynamic", 150)
+    for rows_y in (None, y[None, :]):
+        z, err = convolve_rows(x[None, :], rows_y, tolerance)
+        exact = exact_convolution(x, x if rows_y is None else y)
+        assert l1_distance(z[0], exact) <= err[0]

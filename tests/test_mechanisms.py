@@ -28,8 +28,8 @@ def test_normal_interval_mass_accuracy(lo, hi):
 
 
 def test_normal_interval_mass_random(rng):
-    lo = rng.normal(0, 6, 400)
-    hi = lo + np.exp(rng.uniform(-25, 1, 400))
+    lo = rng.normal(0, 6, 3000)
+    hi = lo + np.exp(rng.uniform(-30, 2, 3000))
     m = normal_interval_mass(lo, hi)
     err = normal_interval_error(lo, hi, m)
     for a, b, v, e in zip(lo, hi, m, err):
