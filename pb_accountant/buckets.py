@@ -186,9 +186,13 @@ class SplitBuckets:
         """T1 x T2 with all 4n+1 indices kept (no corner folding yet)."""
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
-        n = self.grid.number_of_buckets
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
                                    tolerance)
+        return self.from_product(other, z, fft_err)
+
+    def from_product(self, other: "SplitBuckets", z, fft_err) -> "SplitBuckets":
+        """The full product given the convolved rows ``z`` and their round-off bounds."""
+        n = self.grid.number_of_buckets
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf
         err = _propagate(self.error, self.masses(), other.error, other.masses(), fft_err,
@@ -355,9 +359,12 @@ class GroupedBuckets:
     def compose_full(self, other: "GroupedBuckets", tolerance: float = 0.0) -> "GroupedBuckets":
         if other.grid != self.grid:
             raise ValueError("compose needs buckets on the same grid")
-        n = self.grid.number_of_buckets
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
                                    tolerance)
+        return self.from_product(other, z, fft_err)
+
+    def from_product(self, other: "GroupedBuckets", z, fft_err) -> "GroupedBuckets":
+        n = self.grid.number_of_buckets
         err = _propagate(self.error, self.rows.sum(axis=1), other.error,
                          other.rows.sum(axis=1), fft_err, np.zeros((4, 1)))
         return GroupedBuckets(Grid(self.grid.log_factor, 2 * n), z, err,

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._validation import check_count, check_delta, check_real
 from .buckets import MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets
+from .convolution import convolve_rows
 from .mechanisms import MechanismPair
 
 #: the per-step infinity budget is sized for the history's length rounded up to a
@@ -210,9 +211,20 @@ class BucketSet:
         o = self if same else other
         grid = Grid(self.grid.log_factor, 2 * self.grid.number_of_buckets)
         t = tolerance
+        if self.grouped is not None and self.grid.number_of_buckets <= 4094:
+            # small grids: one batched transform for the split and the grouped rows
+            # (large ones decide the finer split per representation instead)
+            rows = np.vstack([self.split.rows, self.grouped.rows])
+            z, err = convolve_rows(rows, None if same else
+                                   np.vstack([o.split.rows, o.grouped.rows]), t)
+            split = self.split.from_product(o.split, z[:2], err[:2])
+            grouped = self.grouped.from_product(o.grouped, z[2:], err[2:])
+        else:
+            split = self.split.compose_full(o.split, t)
+            grouped = (self.grouped.compose_full(o.grouped, t)
+                       if self.grouped is not None else None)
         return BucketSet(
-            grid, self.split.compose_full(o.split, t),
-            self.grouped.compose_full(o.grouped, t) if self.grouped is not None else None,
+            grid, split, grouped,
             tuple(p.compose_full(q, t) for p, q in zip(self.paper, o.paper))
             if self.paper else None)
 
@@ -238,7 +250,7 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
     x = x.padded(n)
     y = x if same else y.padded(n)
     # round-off above this share of the product's infinity budget buys a finer split
-    tol = 0.1 * budget_per_step * (x.compositions + y.compositions)
+    tol = budget_per_step * (x.compositions + y.compositions)
     if options.number_of_buckets is not None:
         # the paper's rule on a fixed number of buckets
         while True:

@@ -20,6 +20,7 @@ a safety factor of 4; tests compare the bounds with exact rational convolutions.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -40,6 +41,7 @@ def fft_length(length: int) -> int:
     return 1 << int(math.ceil(math.log2(max(2 * length - 1, 2))))
 
 
+@functools.lru_cache(maxsize=64)
 def fft_relative_error(n_fft: int) -> float:
     """rho(N) of Higham Thm 24.2 for a length-N radix-2 FFT."""
     u = UNIT_ROUNDOFF
@@ -67,7 +69,7 @@ def _exact_bits(n_fft: int, l1, l2):
     Rows are scaled so that their maximum lies in [0.5, 1), so hi lives on 2^-b and
     hi * hi on 2^-2b; we need 2^-2b >= 4 * bound.
     """
-    bound = np.array([convolution_l2_error(n_fft, a, b, a, b) for a, b in zip(l1, l2)])
+    bound = convolution_l2_error(n_fft, l1, l2, l1, l2)
     b = np.floor(-np.log2(4.0 * np.maximum(bound, 1e-300)) / 2.0) - 1
     return np.clip(b, 1, 24)
 
@@ -94,8 +96,7 @@ def _round_to(v, step):
 
 
 def _pair_bound(n_fft, na, nb):
-    return np.array([convolution_l2_error(n_fft, a1, a2, b1, b2)
-                     for a1, a2, b1, b2 in zip(na[0], na[1], nb[0], nb[1])])
+    return convolution_l2_error(n_fft, na[0], na[1], nb[0], nb[1])
 
 
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
