@@ -16,9 +16,9 @@ import math
 import warnings
 from collections import OrderedDict
 from copy import deepcopy
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ._validation import check_count, check_delta, check_epsilon, check_real
+from ._validation import check_count, check_delta, check_real
 from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets
 from .mechanisms import MAX_NOISE, MIN_NOISE, DiscretePair, MechanismPair, SubsampledGaussian

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional, Sequence, Tuple
+from typing import FrozenSet, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._validation import check_count, check_delta, check_real
+from ._validation import check_count, check_real
 from .buckets import MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets
 from .convolution import convolve_rows
 from .mechanisms import MechanismPair

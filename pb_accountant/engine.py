@@ -16,10 +16,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._validation import check_delta, check_real
+from ._validation import check_delta
 from .buckets import LABEL_SLACK
-from .composition import (BucketOptions, BucketSet, Composer, canonical_history,
-                          delta_class)
+from .composition import BucketOptions, BucketSet, Composer, canonical_history
 from .convolution import UNIT_ROUNDOFF
 from .queries import ThresholdSum, certified_lower_epsilon, certified_upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
@@ -103,8 +102,6 @@ class PrivacyBuckets:
     def _build(self):
         bs = self.buckets
         t = bs.grid.losses
-        d = bs.grid.log_factor
-        f = bs.grid.factor
         s = bs.split
         A, B = s.rows
         with np.errstate(over="ignore", under="ignore"):

@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import pb_accountant
 from pb_accountant import PrivacyBucketsAccountant
 
 from conftest import gaussian_epsilon

@@ -1,5 +1,4 @@
 """The certified FFT round-off bounds hold against exact convolutions."""
-import math
 from fractions import Fraction
 
 import numpy as np

@@ -1,5 +1,4 @@
 """Closed-form bucket masses: accuracy against mpmath, mass conservation, validation."""
-import math
 
 import mpmath
 import numpy as np

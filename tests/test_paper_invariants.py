@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pb_accountant import DiscretePair, Gaussian, SubsampledGaussian
-from pb_accountant.buckets import Grid, GroupedBuckets, PaperBuckets, SplitBuckets
+from pb_accountant.buckets import Grid, SplitBuckets
 from pb_accountant.composition import BucketSet, BucketOptions, Composer, compose_sets
 
 PAIRS = [SubsampledGaussian(1.0, 0.05), Gaussian(3.0),
