@@ -34,8 +34,8 @@ def median_time(fn, repeats):
 
 
 def pb_bounds(sigma, q, steps, delta):
-    from pb_accountant import SubsampledGaussian, compose
-    return compose([(SubsampledGaussian(sigma, q), steps)], delta=delta).epsilon_bounds(delta)
+    from pb_accountant import SubsampledGaussian, epsilon_bounds
+    return epsilon_bounds([(SubsampledGaussian(sigma, q), steps)], delta)
 
 
 def prv_bounds(sigma, q, steps, delta):

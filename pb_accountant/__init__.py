@@ -1,11 +1,11 @@
 """pb-accountant: certified upper and lower privacy bounds with privacy buckets."""
 from .accountant import PrivacyBucketsAccountant
-from .engine import PrivacyBuckets, compose
+from .engine import PrivacyBuckets, compose, epsilon_bounds
 from .mechanisms import (DiscretePair, Gaussian, Laplace, MechanismPair, RandomizedResponse,
                          SubsampledGaussian)
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
-__all__ = ["PrivacyBucketsAccountant", "compose", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
+__all__ = ["PrivacyBucketsAccountant", "compose", "epsilon_bounds", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
            "Laplace", "RandomizedResponse", "DiscretePair", "EpsilonBounds", "DeltaBounds",
            "PrivacyCurve", "GridInfo"]
 __version__ = "0.1.0"

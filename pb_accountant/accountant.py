@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from ._validation import check_count, check_delta, check_real
 from .composition import BucketOptions, Composer
-from .engine import PrivacyBuckets
+from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import MAX_NOISE, MIN_NOISE, DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 
@@ -186,8 +186,9 @@ class PrivacyBucketsAccountant:
         delta = check_delta(delta)
         pairs = self._pairs(self.history if history is None else history)  # user errors raise
         try:
-            methods = ("split", "grouped") if lower else ("split",)
-            engine = PrivacyBuckets(self._composer.compose(pairs, delta, methods), delta)
+            if lower:
+                return adaptive_epsilon_bounds(self._composer, pairs, delta)
+            engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)
             return engine.epsilon_bounds(delta)
         except (ArithmeticError, MemoryError, RuntimeError, ValueError) as exc:  # never crash
             warnings.warn(f"pb accountant could not certify epsilon ({exc!r}); reporting inf",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -216,6 +217,14 @@ class SplitBuckets:
         self.__dict__["_moments"] = result
         return result
 
+    def mean_loss(self, row: int = 0) -> float:
+        """Mean loss weighted by the A-row (0) or the B-row (1)."""
+        if row == 0:
+            return self.loss_moments()[0]
+        w = self.rows[1]
+        m = w.sum()
+        return float(w @ self.grid.losses / m) if m > 0 else 0.0
+
     def needed_reach(self, tail: float) -> float:
         """Smallest R with A-mass above R and B-mass below -R each at most ``tail``."""
         A, B = self.rows
@@ -279,20 +288,27 @@ LABEL_SLACK = 0.05
 
 @dataclass(frozen=True, eq=False)
 class GroupedBuckets:
-    """Groups of events with rows A, C = B f^i, B, D = A f^{-i} (lower bound).
+    """Groups of events with exact masses, for the lower bound of one or both directions.
 
-    The label i of a group is only a name: the bound reads each group's exact masses
-    (A_g, B_g = C_g f^{-i}).  Leaves label events by the nearest grid point and every
-    composition re-centres the kept window on the split pair's mean, so labels do not
-    drift out of range however many steps are composed.
+    Rows, by direction: "ab" (A||B) keeps A and C = B f^i, "ba" (B||A) keeps B and
+    D = A f^{-i}.  The label i of a group is only a name: the bound reads each group's
+    exact masses (A_g, B_g = C_g f^{-i}).  Leaves label events by the nearest grid point
+    and every restriction re-centres the kept window on the split pair's mean, so labels
+    do not drift out of range however many steps are composed.  Events with loss +inf
+    (-inf) form one more group each, kept as a scalar mass.
     """
 
     grid: Grid
-    rows: np.ndarray          # (4, 2n+1)
-    error: np.ndarray         # (4,) l1 error bounds per row
+    rows: np.ndarray          # (2 or 4, 2n+1), see ``kinds``
+    error: np.ndarray         # l1 error bound per row
     compositions: int = 1
     a_pinf: float = 0.0       # A-mass of the group of events with loss +inf (B = 0)
     b_minf: float = 0.0       # B-mass of the group of events with loss -inf (A = 0)
+    directions: Tuple[str, ...] = ("ab", "ba")
+
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        return tuple(k for d in self.directions for k in _ROW_KINDS[d])
 
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:
@@ -301,7 +317,8 @@ class GroupedBuckets:
         return (np.arange(-n + 1, n + 1, dtype=float) - 0.5) * grid.log_factor
 
     @staticmethod
-    def from_masses(grid: Grid, a, b, ea, eb, infinities=(0.0, 0.0)) -> "GroupedBuckets":
+    def from_masses(grid: Grid, a, b, ea, eb, infinities=(0.0, 0.0),
+                    directions: Tuple[str, ...] = ("ab", "ba")) -> "GroupedBuckets":
         """From masses on the K+1 = 2n+1 intervals cut by ``leaf_grid_points``;
         ``infinities`` = (A-mass at loss +inf, B-mass at loss -inf) become their own
         groups (they would otherwise be dropped with the range under composition)."""
@@ -312,53 +329,42 @@ class GroupedBuckets:
         a[-1] = max(a[-1] - a_pinf, 0.0)
         b[0] = max(b[0] - b_minf, 0.0)
         et = np.exp(t)
-        rows = np.vstack([a, b * et, b, a / et])
-        error = np.array([ea.sum(), (eb * et).sum(), eb.sum(), (ea / et).sum()])
-        error = error * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
-        error[0] += 4 * _U * a_pinf
-        error[2] += 4 * _U * b_minf
-        return GroupedBuckets(grid, rows, error, 1, float(a_pinf), float(b_minf))
+        full = {"A": a, "C": b * et, "B": b, "D": a / et}
+        full_err = {"A": ea.sum(), "C": (eb * et).sum(), "B": eb.sum(), "D": (ea / et).sum()}
+        kinds = [k for d in directions for k in _ROW_KINDS[d]]
+        rows = np.vstack([full[k] for k in kinds])
+        error = np.array([full_err[k] for k in kinds]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
+        keep_a, keep_b = "ab" in directions, "ba" in directions
+        return GroupedBuckets(grid, rows, error, 1, float(a_pinf) if keep_a else 0.0,
+                              float(b_minf) if keep_b else 0.0, tuple(directions))
+
+    def _with(self, grid, rows, error, compositions=None, infinities=None) -> "GroupedBuckets":
+        a_pinf, b_minf = infinities if infinities is not None else (self.a_pinf, self.b_minf)
+        return GroupedBuckets(grid, rows, error, self.compositions if compositions is None
+                              else compositions, a_pinf, b_minf, self.directions)
 
     def _product_infinities(self, other: "GroupedBuckets"):
         """Events with a +inf (-inf) component: A-mass a1 + a2 - a1 a2 (B likewise)."""
         return (self.a_pinf + other.a_pinf - self.a_pinf * other.a_pinf,
                 self.b_minf + other.b_minf - self.b_minf * other.b_minf)
 
-    def compose(self, other: "GroupedBuckets", centre: float = 0.0) -> "GroupedBuckets":
-        """Convolve, then keep 2n+1 labels around ``centre`` (a loss value)."""
-        if other.grid != self.grid:
-            raise ValueError("compose needs buckets on the same grid")
-        n = self.grid.number_of_buckets
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
-        # labels of z run over -2n..2n; the mean label should sit near centre/log f
-        A = z[0]
-        labels = np.arange(-2 * n, 2 * n + 1, dtype=float)
-        mass = A.sum()
-        mean = float(A @ labels / mass) if mass > 0 else 0.0
-        shift = int(round(mean - centre / self.grid.log_factor))
-        shift = max(-n, min(n, shift))
-        rows = z[:, n + shift: 3 * n + 1 + shift].copy()    # groups outside are dropped
-        if shift:
-            scale = math.exp(shift * self.grid.log_factor)
-            rows[1] /= scale
-            rows[3] *= scale
-        mx, my = self.rows.sum(axis=1), other.rows.sum(axis=1)
-        err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((4, 1)))
-        if shift:
-            err = err * np.array([1.0, 1.0 + 4 * _U, 1.0, 1.0 + 4 * _U])
-        return GroupedBuckets(self.grid, rows, err, self.compositions + other.compositions,
-                              *self._product_infinities(other))
+    def row(self, kind: str) -> Optional[np.ndarray]:
+        kinds = self.kinds
+        return self.rows[kinds.index(kind)] if kind in kinds else None
+
+    def row_error(self, kind: str) -> float:
+        return float(self.error[self.kinds.index(kind)])
 
     def padded(self, n: int) -> "GroupedBuckets":
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
-        return GroupedBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
-                              self.error, self.compositions, self.a_pinf, self.b_minf)
+        return self._with(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
+                          self.error)
 
     def compose_full(self, other: "GroupedBuckets", tolerance: float = 0.0) -> "GroupedBuckets":
-        if other.grid != self.grid:
-            raise ValueError("compose needs buckets on the same grid")
+        if other.grid != self.grid or other.directions != self.directions:
+            raise ValueError("compose needs buckets of the same kind on the same grid")
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
                                    tolerance)
         return self.from_product(other, z, fft_err)
@@ -366,40 +372,49 @@ class GroupedBuckets:
     def from_product(self, other: "GroupedBuckets", z, fft_err) -> "GroupedBuckets":
         n = self.grid.number_of_buckets
         err = _propagate(self.error, self.rows.sum(axis=1), other.error,
-                         other.rows.sum(axis=1), fft_err, np.zeros((4, 1)))
-        return GroupedBuckets(Grid(self.grid.log_factor, 2 * n), z, err,
-                              self.compositions + other.compositions,
-                              *self._product_infinities(other))
+                         other.rows.sum(axis=1), fft_err, np.zeros((len(self.rows), 1)))
+        return self._with(Grid(self.grid.log_factor, 2 * n), z, err,
+                          self.compositions + other.compositions,
+                          self._product_infinities(other))
 
     def restricted(self, n: int, centre: float = 0.0) -> "GroupedBuckets":
-        """Keep 2n+1 labels around ``centre`` (a loss value); groups outside are dropped."""
+        """Keep 2n+1 labels around ``centre`` (a loss value, matched against the mean
+        label weighted by the first mass row); groups outside are dropped."""
         m = self.grid.number_of_buckets
         d = self.grid.log_factor
-        A = self.rows[0]
+        weights = self.rows[0]
         labels = np.arange(-m, m + 1, dtype=float)
-        mass = A.sum()
-        mean = float(A @ labels / mass) if mass > 0 else 0.0
+        mass = weights.sum()
+        mean = float(weights @ labels / mass) if mass > 0 else 0.0
         shift = int(round(mean - centre / d))
         shift = max(-(m - n), min(m - n, shift))
         start = m - n + shift
         rows = self.rows[:, start: start + 2 * n + 1].copy()
-        err = self.error
+        err = self.error.copy()
         if shift:
             scale = math.exp(shift * d)
-            rows[1] /= scale
-            rows[3] *= scale
-            err = err * np.array([1.0, 1.0 + 4 * _U, 1.0, 1.0 + 4 * _U])
-        return GroupedBuckets(Grid(d, n), rows, err, self.compositions, self.a_pinf, self.b_minf)
+            for i, kind in enumerate(self.kinds):
+                if kind == "C":
+                    rows[i] /= scale
+                    err[i] *= 1.0 + 4 * _U
+                elif kind == "D":
+                    rows[i] *= scale
+                    err[i] *= 1.0 + 4 * _U
+        return self._with(Grid(d, n), rows, err)
 
     def squared(self) -> "GroupedBuckets":
         n = self.grid.number_of_buckets
         f = self.grid.factor
-        A, C, B, D = self.rows
-        rows = np.vstack([_merge_pairs(A, n), _merge_pairs(C, n, f),
-                          _merge_pairs(B, n), _merge_pairs(D, n, 1.0 / f)])
-        err = self.error * np.array([1.0, f, 1.0, 1.0]) + 4.0 * _U * self.rows.sum(axis=1)
-        return GroupedBuckets(self.grid.squared(), rows, err, self.compositions, self.a_pinf,
-                              self.b_minf)
+        weight = {"A": 1.0, "B": 1.0, "C": f, "D": 1.0 / f}
+        kinds = self.kinds
+        rows = np.vstack([_merge_pairs(r, n, weight[k]) for r, k in zip(self.rows, kinds)])
+        growth = np.array([max(weight[k], 1.0) for k in kinds])
+        err = self.error * growth + 4.0 * _U * self.rows.sum(axis=1)
+        return self._with(self.grid.squared(), rows, err)
+
+
+#: rows kept per direction of the grouped lower bound
+_ROW_KINDS = {"ab": ("A", "C"), "ba": ("B", "D")}
 
 
 # --------------------------------------------------------------------------- paper

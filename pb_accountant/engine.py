@@ -109,21 +109,24 @@ class PrivacyBuckets:
                 ThresholdSum.build(t, A, A * np.exp(-t), s.a_inf + s.error[0], True),
                 ThresholdSum.build(-t, B, B * np.exp(t), s.b_minf + s.error[1], True)]
         if bs.grouped is not None:
-            gA, gC, gB, gD = bs.grouped.rows
-            e = bs.grouped.error
-            k = LABEL_SLACK
-            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-                qa = gC * np.exp(-t)
-                qb = gD * np.exp(t)
-                th_a = np.minimum(t + k, t + _log(gA) - _log(gC))
-                th_b = np.minimum(-t + k, -t + _log(gB) - _log(gD))
-            w = math.exp(k)
             g = bs.grouped
-            self._lower["grouped"] = [
-                ThresholdSum.build(np.nan_to_num(th_a, nan=-np.inf), gA, qa,
-                                   g.a_pinf - (e[0] + w * e[1]), False),
-                ThresholdSum.build(np.nan_to_num(th_b, nan=-np.inf), gB, qb,
-                                   g.b_minf - (e[2] + w * e[3]), False)]
+            k = LABEL_SLACK
+            w = math.exp(k)
+            curves = []
+            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+                if "ab" in g.directions:
+                    gA, gC = g.row("A"), g.row("C")
+                    th = np.minimum(t + k, t + _log(gA) - _log(gC))
+                    curves.append(ThresholdSum.build(
+                        np.nan_to_num(th, nan=-np.inf), gA, gC * np.exp(-t),
+                        g.a_pinf - (g.row_error("A") + w * g.row_error("C")), False))
+                if "ba" in g.directions:
+                    gB, gD = g.row("B"), g.row("D")
+                    th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
+                    curves.append(ThresholdSum.build(
+                        np.nan_to_num(th, nan=-np.inf), gB, gD * np.exp(t),
+                        g.b_minf - (g.row_error("B") + w * g.row_error("D")), False))
+            self._lower["grouped"] = curves
         if bs.paper is not None:
             self._upper["paper"] = [_PaperUpper(p) for p in bs.paper]
             lows = []
@@ -269,3 +272,32 @@ def compose(sequence, *, delta: Optional[float] = None,
     composer = composer or Composer(options)
     history = canonical_history(sequence)
     return PrivacyBuckets(composer.compose(history, delta, methods), delta)
+
+
+def adaptive_epsilon_bounds(composer: Composer, history, delta: float) -> EpsilonBounds:
+    """Both bounds at ``delta``, paying for the B||A lower bound only when it can matter.
+
+    The lower bound starts from the A||B groups alone.  If the split pair's certified
+    B||A upper bound is already <= delta at the epsilon found, no B||A group can raise
+    it (their lower bound lies below that upper bound for every larger epsilon), so the
+    answer equals the two-direction one; otherwise the B||A groups are composed too.
+    """
+    delta = check_delta(delta)
+    history = canonical_history(history)
+    first = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ab")), delta)
+    bounds = first.epsilon_bounds(delta)
+    if first.buckets is None or math.isinf(bounds.lower):
+        return bounds
+    split_ba = first._upper["split"][1]
+    if float(split_ba(bounds.lower)) <= delta:
+        return bounds
+    second = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ba")), delta)
+    first._lower["grouped"] = first._lower["grouped"] + second._lower["grouped"]
+    return first.epsilon_bounds(delta)
+
+
+def epsilon_bounds(sequence, delta: float, **options) -> EpsilonBounds:
+    """Certified bounds on epsilon at ``delta`` for ``[(pair, count), ...]`` (both
+    directions, both bounds); ``options`` as for :func:`compose`."""
+    delta = check_delta(delta)
+    return adaptive_epsilon_bounds(Composer(BucketOptions(**options)), sequence, delta)

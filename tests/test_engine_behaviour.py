@@ -136,3 +136,26 @@ def test_distinguishing_mass_survives_composition_in_the_lower_bound():
     assert np.all(db.lower <= db.upper)
     below = pb.epsilon_bounds(floor / 2)
     assert math.isinf(below.lower) and math.isinf(below.upper)
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.1, 0.00512, 2000), (1.0, 0.05, 300),
+                                           (0.7, 0.5, 20)])
+def test_adaptive_lower_bound_equals_two_direction_one(sigma, q, steps):
+    """Skipping the B||A groups never changes the answer (they are added when needed)."""
+    from pb_accountant import epsilon_bounds
+    seq = [(SubsampledGaussian(sigma, q), steps)]
+    both = compose(seq, delta=1e-5).epsilon_bounds(1e-5)
+    adaptive = epsilon_bounds(seq, 1e-5)
+    assert adaptive.upper == both.upper
+    assert adaptive.lower == pytest.approx(both.lower, rel=1e-9)   # same groups, own round-off
+
+
+def test_adaptive_lower_bound_adds_the_mirror_direction_when_it_dominates():
+    """Mirrored DP-SGD pair: B||A dominates, so the second pass must run and count."""
+    from pb_accountant import epsilon_bounds
+    seq = [(SubsampledGaussian(1.0, 0.05).mirrored(), 300)]
+    both = compose(seq, delta=1e-5).epsilon_bounds(1e-5)
+    ab_only = compose(seq, delta=1e-5, methods=("split", "grouped-ab")).epsilon_bounds(1e-5)
+    adaptive = epsilon_bounds(seq, 1e-5)
+    assert ab_only.lower < both.lower
+    assert adaptive.lower == pytest.approx(both.lower, rel=1e-9)   # same groups, own round-off
