@@ -36,10 +36,17 @@ MAX_LOSS_RANGE = 700.0
 
 @dataclass(frozen=True)
 class Grid:
-    """Bucket factor f = e^{log_factor} and an even number of buckets n (Definition 3)."""
+    """Bucket factor f = e^{log_factor}, an even number of buckets n (Definition 3) and
+    an index offset: bucket i = -n..n sits at loss t_i = (i + offset) log f.
+
+    The paper's grids are symmetric (offset 0); an offset lets a grid follow a loss
+    distribution that is far from symmetric (a DP-SGD step's loss lies in
+    [log(1-q), +large)) with half the buckets.
+    """
 
     log_factor: float
     number_of_buckets: int
+    offset: int = 0
 
     def __post_init__(self):
         n = self.number_of_buckets
@@ -48,9 +55,9 @@ class Grid:
         d = self.log_factor
         if not (isinstance(d, (int, float, np.floating)) and math.isfinite(d) and d > 0):
             raise ValueError(f"log(factor) must be finite and > 0, got {d!r}")
-        if n * d > MAX_LOSS_RANGE:
+        if (n + abs(self.offset)) * d > MAX_LOSS_RANGE:
             raise ValueError(
-                f"factor**number_of_buckets = exp({n * d:.4g}) exceeds exp({MAX_LOSS_RANGE}); "
+                f"the grid reaches |loss| = {(n + abs(self.offset)) * d:.4g} > {MAX_LOSS_RANGE}; "
                 "choose a smaller factor or fewer buckets")
 
     @property
@@ -62,13 +69,47 @@ class Grid:
         return 2 * self.number_of_buckets + 1
 
     @property
-    def losses(self) -> np.ndarray:
+    def indices(self) -> np.ndarray:
+        """Absolute indices i + offset of the buckets."""
         n = self.number_of_buckets
-        return np.arange(-n, n + 1, dtype=float) * self.log_factor
+        return np.arange(-n, n + 1) + self.offset
+
+    @property
+    def losses(self) -> np.ndarray:
+        return self.indices.astype(float) * self.log_factor
+
+    def compatible(self, other: "Grid") -> bool:
+        """Same factor and number of buckets: products convolve (offsets add)."""
+        return (self.log_factor == other.log_factor
+                and self.number_of_buckets == other.number_of_buckets)
 
     def squared(self) -> "Grid":
-        """Grid after the squaring operation T (f -> f^2, n unchanged)."""
-        return Grid(2.0 * self.log_factor, self.number_of_buckets)
+        """Grid after the squaring operation T: f -> f^2, absolute index j -> ceil(j/2)."""
+        return Grid(2.0 * self.log_factor, self.number_of_buckets, -((-self.offset) // 2))
+
+    def with_buckets(self, n: int, shift: int = 0) -> "Grid":
+        return Grid(self.log_factor, n, self.offset + shift)
+
+
+def _ceil_half(j):
+    return -((-j) // 2)
+
+
+def _merged(row: np.ndarray, grid: Grid, odd_weight: float = 1.0) -> np.ndarray:
+    """Squaring by grouping: absolute j -> ceil(j/2), odd j weighted (paper Def. 4)."""
+    j = grid.indices
+    new = grid.squared()
+    pos = _ceil_half(j) - new.offset + new.number_of_buckets
+    w = np.where(j % 2 == 0, 1.0, odd_weight)
+    return np.bincount(pos, weights=row * w, minlength=new.size)
+
+
+def _window(grid: Grid, n: int, centre: int):
+    """Positions [lo, hi] of the kept window of ``2n+1`` buckets centred on local
+    index ``centre`` (clipped into the grid)."""
+    m = grid.number_of_buckets
+    centre = max(-(m - n), min(m - n, int(centre)))
+    return m + centre - n, m + centre + n, centre
 
 
 def _fold_weights(n: int, log_factor: float):
@@ -84,17 +125,6 @@ def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
         return (err_x * mass_y + err_y * mass_x + err_x * err_y + fft_err
                 + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
                 + 4.0 * _U * mass_x * mass_y)
-
-
-def _merge_pairs(row: np.ndarray, n: int, odd_weight: float = 1.0) -> np.ndarray:
-    """Squaring by grouping: new index j collects old 2j-1 (times odd_weight) and 2j."""
-    out = np.zeros_like(row)
-    even = row[0::2]                       # old i = -n, -n+2, ..., n -> j = -n/2..n/2
-    odd = row[1::2]                        # old i = -n+1, ..., n-1 -> j = -n/2+1..n/2
-    mid = out[n // 2: n // 2 + n + 1]
-    mid += even
-    mid[1:] += odd * odd_weight
-    return out
 
 
 # --------------------------------------------------------------------------- split
@@ -114,10 +144,8 @@ class SplitBuckets:
     def from_masses(grid: Grid, a, b, ea, eb) -> "SplitBuckets":
         """Split bucket masses (K+1 intervals of ``grid.losses``, with absolute error
         bounds ``ea``, ``eb``) onto the grid points."""
-        n = grid.number_of_buckets
         t = grid.losses
-        d = grid.log_factor
-        fm1 = math.expm1(d)
+        fm1 = math.expm1(grid.log_factor)
         f = fm1 + 1.0
         A = np.zeros(grid.size)
         B = np.zeros(grid.size)
@@ -136,13 +164,13 @@ class SplitBuckets:
         # B-mass the upward rounding removed goes to the -inf atom (keeps domination)
         deficit = float(np.sum(np.minimum(2.0 * slack, ai) / et * fm1))
         # corner buckets: L <= t_{-n} and L > t_n (paper's S_{-n} and S_inf)
-        edge = math.exp(n * d)
+        bottom, top = math.exp(-t[0]), math.exp(t[-1])
         A[0] += a[0]
-        B[0] += a[0] * edge
-        b_minf = max(0.0, b[0] - a[0] * edge) + eb[0] + ea[0] * edge + deficit
+        B[0] += a[0] * bottom
+        b_minf = max(0.0, b[0] - a[0] * bottom) + eb[0] + ea[0] * bottom + deficit
         B[-1] += b[-1]
-        A[-1] += b[-1] * edge
-        a_inf = max(0.0, a[-1] - b[-1] * edge) + ea[-1] + eb[-1] * edge
+        A[-1] += b[-1] * top
+        a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top
         error = np.array([float(np.sum(ea)) + 8 * _U, float(np.sum(eb)) * f + 8 * _U])
         return SplitBuckets(grid, np.vstack([A, B]), float(a_inf), float(b_minf), error)
 
@@ -155,38 +183,40 @@ class SplitBuckets:
         if k == 0:
             return self
         rows = np.pad(self.rows, ((0, 0), (k, k)))
-        return SplitBuckets(Grid(self.grid.log_factor, n), rows, self.a_inf, self.b_minf,
+        return SplitBuckets(self.grid.with_buckets(n), rows, self.a_inf, self.b_minf,
                             self.error, self.compositions, self.overflow)
 
-    def restricted(self, n: int) -> "SplitBuckets":
-        """Keep indices -n..n; atoms beyond are split between the edge and +-inf."""
+    def restricted(self, n: int, centre: int = 0) -> "SplitBuckets":
+        """Keep 2n+1 buckets around local index ``centre``; atoms beyond the window are
+        split between its edge and +-inf (both masses preserved)."""
         m = self.grid.number_of_buckets
         if n >= m:
             return self
-        k = m - n
+        lo, hi, centre = _window(self.grid, n, centre)
         d = self.grid.log_factor
         A, B = self.rows
-        w_keep, w_out = _fold_weights(k, d)
-        a_top, a_bot = A[m + n + 1:], A[:k]
-        b_top, b_bot = B[m + n + 1:], B[:k][::-1]
-        newA = A[k: k + 2 * n + 1].copy()
-        newB = B[k: k + 2 * n + 1].copy()
-        newA[-1] += a_top @ w_keep
-        a_over = float(a_top @ w_out)
+        a_top, a_bot = A[hi + 1:], A[:lo]
+        b_top, b_bot = B[hi + 1:], B[:lo][::-1]             # b_bot[k-1]: k below the edge
+        w_keep_top, w_out_top = _fold_weights(len(a_top), d)
+        w_keep_bot, w_out_bot = _fold_weights(len(b_bot), d)
+        newA = A[lo: hi + 1].copy()
+        newB = B[lo: hi + 1].copy()
+        newA[-1] += a_top @ w_keep_top
+        a_over = float(a_top @ w_out_top)
         newA[0] += a_bot.sum()
         newB[-1] += b_top.sum()
-        newB[0] += b_bot @ w_keep
-        b_over = float(b_bot @ w_out)
+        newB[0] += b_bot @ w_keep_bot
+        b_over = float(b_bot @ w_out_bot)
         folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
-        err = self.error + 4.0 * k * _U * folded
-        return SplitBuckets(Grid(d, n), np.vstack([newA, newB]), self.a_inf + a_over,
-                            self.b_minf + b_over, err, self.compositions,
-                            self.overflow + max(a_over, b_over))
+        err = self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
+        return SplitBuckets(self.grid.with_buckets(n, centre), np.vstack([newA, newB]),
+                            self.a_inf + a_over, self.b_minf + b_over, err,
+                            self.compositions, self.overflow + max(a_over, b_over))
 
     def compose_full(self, other: "SplitBuckets", tolerance: float = 0.0) -> "SplitBuckets":
         """T1 x T2 with all 4n+1 indices kept (no corner folding yet)."""
-        if other.grid != self.grid:
-            raise ValueError("compose needs buckets on the same grid")
+        if not other.grid.compatible(self.grid):
+            raise ValueError("compose needs buckets on grids of the same factor and size")
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
                                    tolerance)
         return self.from_product(other, z, fft_err)
@@ -198,8 +228,33 @@ class SplitBuckets:
         b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf
         err = _propagate(self.error, self.masses(), other.error, other.masses(), fft_err,
                          np.zeros((2, 1)))
-        return SplitBuckets(Grid(self.grid.log_factor, 2 * n), z, a_inf, b_minf, err,
+        grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
+        return SplitBuckets(grid, z, a_inf, b_minf, err,
                             self.compositions + other.compositions, 0.0)
+
+    def compose(self, other: "SplitBuckets") -> "SplitBuckets":
+        """T1 x T2 on this grid (Definition 4's corners, split as in ``restricted``)."""
+        return self.compose_full(other).restricted(self.grid.number_of_buckets)
+
+    def squared(self) -> "SplitBuckets":
+        """T: f -> f^2; odd points split between their even neighbours, masses kept."""
+        grid = self.grid
+        new = grid.squared()
+        j = grid.indices
+        base = new.number_of_buckets - new.offset
+        g = math.exp(-grid.log_factor)
+        lo_a, hi_a = g / (1.0 + g), 1.0 / (1.0 + g)      # A weights to j-1 and j+1
+        odd = j % 2 != 0
+        jo = j[odd]
+        pos = np.concatenate((j[~odd] // 2, (jo - 1) // 2, (jo + 1) // 2)) + base
+        rows = []
+        for row, (w_lo, w_hi) in zip(self.rows, ((lo_a, hi_a), (hi_a, lo_a))):
+            ro = row[odd]
+            weights = np.concatenate((row[~odd], ro * w_lo, ro * w_hi))
+            rows.append(np.bincount(pos, weights=weights, minlength=new.size))
+        err = self.error + 4.0 * _U * self.masses()
+        return SplitBuckets(new, np.vstack(rows), self.a_inf, self.b_minf, err,
+                            self.compositions, 0.0)
 
     def loss_moments(self):
         """A-weighted mean and standard deviation of the loss (for grid choice)."""
@@ -225,59 +280,18 @@ class SplitBuckets:
         m = w.sum()
         return float(w @ self.grid.losses / m) if m > 0 else 0.0
 
-    def needed_reach(self, tail: float) -> float:
-        """Smallest R with A-mass above R and B-mass below -R each at most ``tail``."""
+    def needed_window(self, tail: float) -> Tuple[float, float]:
+        """Loss interval outside which the A-mass above and the B-mass below are each at
+        most ``tail`` (what folding into the infinity atoms may cost)."""
         A, B = self.rows
         t = self.grid.losses
         above = np.cumsum(A[::-1])[::-1]          # A-mass at indices >= i
         below = np.cumsum(B)                      # B-mass at indices <= i
         hi_idx = np.nonzero(above > tail)[0]
         lo_idx = np.nonzero(below > tail)[0]
-        hi = t[hi_idx[-1]] if len(hi_idx) else 0.0
-        lo = t[lo_idx[0]] if len(lo_idx) else 0.0
-        return float(max(abs(hi), abs(lo), self.grid.log_factor))
-
-    def compose(self, other: "SplitBuckets") -> "SplitBuckets":
-        """T1 x T2 (Definition 4 on the split pair): one convolution per row."""
-        if other.grid != self.grid:
-            raise ValueError("compose needs buckets on the same grid")
-        n = self.grid.number_of_buckets
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
-        w_keep, w_out = _fold_weights(n, self.grid.log_factor)
-        A = z[0, n: 3 * n + 1].copy()
-        B = z[1, n: 3 * n + 1].copy()
-        a_top, a_bot = z[0, 3 * n + 1:], z[0, :n]
-        b_top, b_bot = z[1, 3 * n + 1:], z[1, :n][::-1]   # b_bot[k-1] is index -n-k
-        A[-1] += a_top @ w_keep
-        a_over = float(a_top @ w_out)
-        A[0] += a_bot.sum()
-        B[-1] += b_top.sum()
-        B[0] += b_bot @ w_keep
-        b_over = float(b_bot @ w_out)
-        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf + a_over
-        b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf + b_over
-        mx, my = self.masses(), other.masses()
-        folded = np.vstack([np.concatenate((a_top, a_bot)), np.concatenate((b_top, b_bot))])
-        err = _propagate(self.error, mx, other.error, my, fft_err, folded)
-        return SplitBuckets(self.grid, np.vstack([A, B]), a_inf, b_minf, err,
-                            self.compositions + other.compositions, max(a_over, b_over))
-
-    def squared(self) -> "SplitBuckets":
-        """T: f -> f^2; odd points split between their even neighbours, masses kept."""
-        n = self.grid.number_of_buckets
-        g = math.exp(-self.grid.log_factor)
-        lo_a, hi_a = g / (1.0 + g), 1.0 / (1.0 + g)      # A weights to j-1 and j
-        rows = np.zeros_like(self.rows)
-        for r, (w_lo, w_hi) in enumerate(((lo_a, hi_a), (hi_a, lo_a))):
-            row = self.rows[r]
-            mid = rows[r, n // 2: n // 2 + n + 1]
-            mid += row[0::2]
-            odd = row[1::2]
-            mid[:-1] += odd * w_lo
-            mid[1:] += odd * w_hi
-        err = self.error + 4.0 * _U * self.masses()
-        return SplitBuckets(self.grid.squared(), rows, self.a_inf, self.b_minf, err,
-                            self.compositions, 0.0)
+        hi = float(t[hi_idx[-1]]) if len(hi_idx) else float(t[len(t) // 2])
+        lo = float(t[lo_idx[0]]) if len(lo_idx) else float(t[len(t) // 2])
+        return min(lo, hi), max(lo, hi)
 
 
 # ------------------------------------------------------------------------- grouped
@@ -314,7 +328,7 @@ class GroupedBuckets:
     def leaf_grid_points(grid: Grid) -> np.ndarray:
         """Cut points (i - 1/2) log f, i = -n+1..n: label i <=> nearest grid point."""
         n = grid.number_of_buckets
-        return (np.arange(-n + 1, n + 1, dtype=float) - 0.5) * grid.log_factor
+        return (np.arange(-n + 1, n + 1, dtype=float) + grid.offset - 0.5) * grid.log_factor
 
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb, infinities=(0.0, 0.0),
@@ -359,12 +373,12 @@ class GroupedBuckets:
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
-        return self._with(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
+        return self._with(self.grid.with_buckets(n), np.pad(self.rows, ((0, 0), (k, k))),
                           self.error)
 
     def compose_full(self, other: "GroupedBuckets", tolerance: float = 0.0) -> "GroupedBuckets":
-        if other.grid != self.grid or other.directions != self.directions:
-            raise ValueError("compose needs buckets of the same kind on the same grid")
+        if not other.grid.compatible(self.grid) or other.directions != self.directions:
+            raise ValueError("compose needs buckets of the same kind on compatible grids")
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
                                    tolerance)
         return self.from_product(other, z, fft_err)
@@ -373,41 +387,42 @@ class GroupedBuckets:
         n = self.grid.number_of_buckets
         err = _propagate(self.error, self.rows.sum(axis=1), other.error,
                          other.rows.sum(axis=1), fft_err, np.zeros((len(self.rows), 1)))
-        return self._with(Grid(self.grid.log_factor, 2 * n), z, err,
-                          self.compositions + other.compositions,
+        grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
+        return self._with(grid, z, err, self.compositions + other.compositions,
                           self._product_infinities(other))
 
-    def restricted(self, n: int, centre: float = 0.0) -> "GroupedBuckets":
-        """Keep 2n+1 labels around ``centre`` (a loss value, matched against the mean
-        label weighted by the first mass row); groups outside are dropped."""
-        m = self.grid.number_of_buckets
+    def restricted(self, grid: Grid, centre: float = 0.0) -> "GroupedBuckets":
+        """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
+        label (weighted by the first mass row) sits at loss ``centre``; groups outside
+        the grid's labels are dropped.  Re-labelling by s multiplies C by f^s and D by
+        f^-s (their error bounds too): B_g = C_g f^-label is unchanged."""
         d = self.grid.log_factor
         weights = self.rows[0]
-        labels = np.arange(-m, m + 1, dtype=float)
+        labels = self.grid.indices.astype(float)
         mass = weights.sum()
         mean = float(weights @ labels / mass) if mass > 0 else 0.0
-        shift = int(round(mean - centre / d))
-        shift = max(-(m - n), min(m - n, shift))
-        start = m - n + shift
-        rows = self.rows[:, start: start + 2 * n + 1].copy()
+        s = int(round(centre / d - mean))
+        old_pos = grid.indices - s - self.grid.offset + self.grid.number_of_buckets
+        valid = (old_pos >= 0) & (old_pos < self.grid.size)
+        rows = np.zeros((len(self.rows), grid.size))
+        rows[:, valid] = self.rows[:, old_pos[valid]]
         err = self.error.copy()
-        if shift:
-            scale = math.exp(shift * d)
+        if s:
+            scale = math.exp(s * d)
             for i, kind in enumerate(self.kinds):
                 if kind == "C":
-                    rows[i] /= scale
-                    err[i] *= 1.0 + 4 * _U
-                elif kind == "D":
                     rows[i] *= scale
-                    err[i] *= 1.0 + 4 * _U
-        return self._with(Grid(d, n), rows, err)
+                    err[i] *= max(scale, 1.0) * (1.0 + 4 * _U)
+                elif kind == "D":
+                    rows[i] /= scale
+                    err[i] *= max(1.0 / scale, 1.0) * (1.0 + 4 * _U)
+        return self._with(grid, rows, err)
 
     def squared(self) -> "GroupedBuckets":
-        n = self.grid.number_of_buckets
         f = self.grid.factor
         weight = {"A": 1.0, "B": 1.0, "C": f, "D": 1.0 / f}
         kinds = self.kinds
-        rows = np.vstack([_merge_pairs(r, n, weight[k]) for r, k in zip(self.rows, kinds)])
+        rows = np.vstack([_merged(r, self.grid, weight[k]) for r, k in zip(self.rows, kinds)])
         growth = np.array([max(weight[k], 1.0) for k in kinds])
         err = self.error * growth + 4.0 * _U * self.rows.sum(axis=1)
         return self._with(self.grid.squared(), rows, err)
@@ -451,29 +466,14 @@ class PaperBuckets:
         return PaperBuckets(grid, rows, float(a[-1]), 1, error)
 
     def compose(self, other: "PaperBuckets") -> "PaperBuckets":
-        if other.grid != self.grid:
-            raise ValueError("compose needs buckets on the same grid")
-        n = self.grid.number_of_buckets
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows)
-        rows = z[:, n: 3 * n + 1].copy()
-        over = float(z[0, 3 * n + 1:].sum())
-        rows[0, 0] += z[0, :n].sum()
-        rows[1, 0] = math.exp(-n * self.grid.log_factor)   # certified bound, see class doc
-        rows[2, 0] = rows[0, 0]
-        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf + over
-        mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
-        my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
-        folded = np.vstack([np.concatenate((z[0, 3 * n + 1:], z[0, :n])),
-                            np.zeros(2 * n), np.zeros(2 * n)])
-        err = _propagate(self.error, mx, other.error, my, fft_err, folded)
-        return PaperBuckets(self.grid, rows, a_inf, self.u + other.u, err,
-                            self.compositions + other.compositions)
+        """T1 x T2 on this grid with the corner rules of Definitions 4 and 7."""
+        return self.compose_full(other).restricted(self.grid.number_of_buckets)
 
     def padded(self, n: int) -> "PaperBuckets":
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
-        return PaperBuckets(Grid(self.grid.log_factor, n), np.pad(self.rows, ((0, 0), (k, k))),
+        return PaperBuckets(self.grid.with_buckets(n), np.pad(self.rows, ((0, 0), (k, k))),
                             self.a_inf, self.u, self.error, self.compositions)
 
     def tamed(self) -> "PaperBuckets":
@@ -494,8 +494,8 @@ class PaperBuckets:
         return PaperBuckets(self.grid, rows, self.a_inf, self.u, err, self.compositions)
 
     def compose_full(self, other: "PaperBuckets", tolerance: float = 0.0) -> "PaperBuckets":
-        if other.grid != self.grid:
-            raise ValueError("compose needs buckets on the same grid")
+        if not other.grid.compatible(self.grid):
+            raise ValueError("compose needs buckets on grids of the same factor and size")
         n = self.grid.number_of_buckets
         self, other = self.tamed(), other.tamed()
         z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
@@ -504,33 +504,36 @@ class PaperBuckets:
         mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
         my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
         err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((3, 1)))
-        return PaperBuckets(Grid(self.grid.log_factor, 2 * n), z, a_inf, self.u + other.u,
-                            err, self.compositions + other.compositions)
+        grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
+        return PaperBuckets(grid, z, a_inf, self.u + other.u, err,
+                            self.compositions + other.compositions)
 
-    def restricted(self, n: int) -> "PaperBuckets":
-        """Corner rules of Definitions 4 and 7: above n to infinity, below -n into -n."""
+    def restricted(self, n: int, centre: int = 0) -> "PaperBuckets":
+        """Corner rules of Definitions 4 and 7: above the window to infinity, below it
+        into the bottom bucket (whose real EC term is 0)."""
         m = self.grid.number_of_buckets
         if n >= m:
             return self
-        k = m - n
-        d = self.grid.log_factor
-        rows = self.rows[:, k: k + 2 * n + 1].copy()
-        top = float(self.rows[0, k + 2 * n + 1:].sum())
-        bottom = self.rows[0, : k + 1].sum()
+        lo, hi, centre = _window(self.grid, n, centre)
+        grid = self.grid.with_buckets(n, centre)
+        rows = self.rows[:, lo: hi + 1].copy()
+        top = float(self.rows[0, hi + 1:].sum())
+        bottom = self.rows[0, : lo + 1].sum()
         rows[0, 0] = bottom
-        rows[1, 0] = math.exp(-n * d)        # certified bound on the virtual term, see class doc
-        rows[2, 0] = bottom                  # l(-n) = 0
-        err = self.error + 4.0 * k * _U * np.array([top + bottom, 0.0, bottom])
-        return PaperBuckets(Grid(d, n), rows, self.a_inf + top, self.u, err, self.compositions)
+        rows[1, 0] = math.exp(grid.losses[0])  # certified bound on the virtual term (class doc)
+        rows[2, 0] = bottom                    # l(bottom) = 0
+        err = self.error + 4.0 * max(m - n, 1) * _U * np.array([top + bottom, 0.0, bottom])
+        return PaperBuckets(grid, rows, self.a_inf + top, self.u, err, self.compositions)
 
     def squared(self) -> "PaperBuckets":
-        n = self.grid.number_of_buckets
         f = self.grid.factor
         A, V, R = self.rows
-        newA = _merge_pairs(A, n)
-        newV = _merge_pairs(V, n, f)
-        newR = _merge_pairs(R, n, f)
-        newR[n // 2] = newA[n // 2]                  # l(-n/2) = 0 after squaring
+        new = self.grid.squared()
+        newA = _merged(A, self.grid)
+        newV = _merged(V, self.grid, f)
+        newR = _merged(R, self.grid, f)
+        bottom = _ceil_half(int(self.grid.indices[0])) - new.offset + new.number_of_buckets
+        newR[bottom] = newA[bottom]                  # l = 0 where the old bottom lands
         err = self.error * np.array([1.0, f, f]) + 4.0 * _U * self.rows.sum(axis=1)
-        return PaperBuckets(self.grid.squared(), np.vstack([newA, newV, newR]), self.a_inf,
+        return PaperBuckets(new, np.vstack([newA, newV, newR]), self.a_inf,
                             -(-self.u // 2) + 1, err, self.compositions)

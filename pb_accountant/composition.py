@@ -120,11 +120,15 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions) -> Gri
         spread = reach / 32.0
     step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
     step = min(step, 2.0 ** math.ceil(math.log2(reach / 30.0)))
-    if reach / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
+    # the grid follows the loss interval [lo, hi] (an offset centres it)
+    lo, hi = max(lo, -MAX_LOSS_RANGE / 8.0), min(hi, MAX_LOSS_RANGE / 8.0)
+    half = max((hi - lo) / 2.0, 1e-9)
+    if half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
         step *= 2.0      # long thin tails: half the leaf resolution halves its cost
-    while reach / step + 2 > options.max_buckets:
+    while half / step + 2 > options.max_buckets:
         step *= 2.0
-    return Grid(step, buckets_for(reach, step, options.max_buckets))
+    offset = int(round((lo + hi) / 2.0 / step))
+    return Grid(step, buckets_for(half + step, step, options.max_buckets), offset)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,23 +175,34 @@ class BucketSet:
     def padded(self, n: int) -> "BucketSet":
         if n == self.grid.number_of_buckets:
             return self
-        return self._map(Grid(self.grid.log_factor, n), lambda s: s.padded(n),
+        return self._map(self.grid.with_buckets(n), lambda s: s.padded(n),
                          lambda g: g.padded(n), lambda p: p.padded(n))
 
-    def restricted(self, n: int) -> "BucketSet":
+    def restricted(self, n: int, centre: int = 0) -> "BucketSet":
+        """Keep 2n+1 buckets around local index ``centre`` (corners as each
+        representation's rules say)."""
         if n >= self.grid.number_of_buckets:
             return self
-        mean = 0.0
+        split = self.split.restricted(n, centre)
+        grouped = None
         if self.grouped is not None:
             mean = self.split.mean_loss(0 if self.grouped.directions[0] == "ab" else 1)
-        return self._map(Grid(self.grid.log_factor, n), lambda s: s.restricted(n),
-                         lambda g: g.restricted(n, mean), lambda p: p.restricted(n))
+            grouped = self.grouped.restricted(split.grid, mean)
+        paper = tuple(p.restricted(n, centre) for p in self.paper) if self.paper else None
+        return BucketSet(split.grid, split, grouped, paper)
+
+    def window(self, tail: float, cap: int) -> Tuple[int, int]:
+        """(n, centre): the buckets the loss range needs at tail mass ``tail``."""
+        lo, hi = self.split.needed_window(tail)
+        d = self.grid.log_factor
+        n = buckets_for((hi - lo) / 2.0 + d, d, cap)
+        centre = int(round((lo + hi) / 2.0 / d)) - self.grid.offset
+        return n, centre
 
     def trimmed(self, budget_per_step: float, cap: int) -> "BucketSet":
         """Restrict to the buckets the range needs (the adaptive policy)."""
-        reach = self.split.needed_reach(budget_per_step * self.compositions)
-        n = buckets_for(reach, self.grid.log_factor, cap)
-        return self.restricted(n) if n < self.grid.number_of_buckets else self
+        n, centre = self.window(budget_per_step * self.compositions, cap)
+        return self.restricted(n, centre) if n < self.grid.number_of_buckets else self
 
     def coarsened_to(self, log_factor: float, trim: bool = False) -> "BucketSet":
         """Square until the spacing is ``log_factor``; ``trim`` drops the emptied half.
@@ -213,12 +228,11 @@ class BucketSet:
 
     def can_square(self) -> bool:
         g = self.grid
-        return g.number_of_buckets * g.log_factor * 4.0 <= MAX_LOSS_RANGE
+        return (g.number_of_buckets + abs(g.offset)) * g.log_factor * 4.0 <= MAX_LOSS_RANGE
 
     def compose_full(self, other: "BucketSet", same: bool, tolerance: float) -> "BucketSet":
         """Product with all indices kept; ``tolerance``: round-off worth a finer split."""
         o = self if same else other
-        grid = Grid(self.grid.log_factor, 2 * self.grid.number_of_buckets)
         t = tolerance
         if self.grouped is not None and self.grid.number_of_buckets <= 4094:
             # small grids: one batched transform for the split and the grouped rows
@@ -233,7 +247,7 @@ class BucketSet:
             grouped = (self.grouped.compose_full(o.grouped, t)
                        if self.grouped is not None else None)
         return BucketSet(
-            grid, split, grouped,
+            split.grid, split, grouped,
             tuple(p.compose_full(q, t) for p, q in zip(self.paper, o.paper))
             if self.paper else None)
 
@@ -251,7 +265,8 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
         x = x.trimmed(budget_per_step, options.max_buckets)
         y = x if same else y.trimmed(budget_per_step, options.max_buckets)
     n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
-    limit = int(MAX_LOSS_RANGE / (2.0 * x.grid.log_factor)) // 2 * 2
+    offsets = abs(x.grid.offset + y.grid.offset)
+    limit = int((MAX_LOSS_RANGE / x.grid.log_factor - offsets) / 2.0) // 2 * 2
     if n > limit:                              # keep e^t of the full product in range
         n = max(limit, 2)
         x = x.restricted(n)
@@ -277,11 +292,14 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
     _, spread = z.split.loss_moments()
     while (2.0 * z.grid.log_factor <= options.resolution * spread and z.can_square()):
         z = z.squared()
-    reach = z.split.needed_reach(tail)
-    while reach / z.grid.log_factor + 2 > options.max_buckets and z.can_square():
+    while True:
+        lo, hi = z.split.needed_window(tail)
+        if not ((hi - lo) / 2.0 / z.grid.log_factor + 3 > options.max_buckets
+                and z.can_square()):
+            break
         z = z.squared()
-    n_out = buckets_for(reach, z.grid.log_factor, options.max_buckets)
-    return z.restricted(min(n_out, z.grid.number_of_buckets))
+    n_out, centre = z.window(tail, options.max_buckets)
+    return z.restricted(min(n_out, z.grid.number_of_buckets), centre)
 
 
 #: representations: split pair (upper), grouped buckets for both or one direction

@@ -54,8 +54,9 @@ class _PaperUpper:
         d = pb.grid.log_factor
         j = np.ceil(eps / d * (1.0 - 1e-15)).astype(np.int64)
         j = np.where(j * d < eps, j + 1, j)          # f^j >= e^eps exactly
-        pos = np.clip(j + n, 0, 2 * n + 1)
-        pos_u = np.clip(j + n + pb.u, 0, 2 * n + 1)
+        o = pb.grid.offset
+        pos = np.clip(j - o + n, 0, 2 * n + 1)
+        pos_u = np.clip(j - o + n + pb.u, 0, 2 * n + 1)
         with np.errstate(over="ignore", invalid="ignore"):
             inner = (self.tail_Ae[pos] - self.tail_Ae[pos_u]) + self.tail_Re[pos_u]
             body = self.tail_A[pos] - np.exp(eps) * inner
@@ -68,7 +69,10 @@ class _PaperUpper:
         n = self.n
         if self(0.0)[0] <= delta:
             return 0.0
-        ends = np.arange(1, n + 1) * d
+        top = n + self.pb.grid.offset
+        if top < 1:
+            return math.inf
+        ends = np.arange(1, top + 1) * d
         vals = self(ends)
         ok = np.nonzero(vals <= delta)[0]
         if len(ok) == 0:
