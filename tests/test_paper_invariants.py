@@ -96,3 +96,20 @@ def test_split_pair_relation_after_composition(pair):
     A, B = x.split.rows
     err = np.abs(B - A * np.exp(-x.grid.losses)).sum()
     assert err <= x.split.error[1] + x.split.error[0] * np.exp(x.grid.losses).max() + 1e-12
+
+
+@pytest.mark.parametrize("offset", [-3, 0, 5, 8])
+def test_squaring_with_offsets_keeps_masses_and_the_split_relation(offset):
+    """Grids with an index offset (one-sided losses) square in absolute indices."""
+    grid = Grid(0.05, 20, offset)
+    leaf = BucketSet.leaf(SubsampledGaussian(1.0, 0.05), grid,
+                          frozenset({"split", "grouped", "paper"}))
+    sq = leaf.squared()
+    assert sq.grid.offset == -((-offset) // 2)
+    assert sq.split.masses() == pytest.approx(leaf.split.masses(), abs=1e-14)
+    A, B = sq.split.rows
+    assert np.allclose(B, A * np.exp(-sq.grid.losses), rtol=1e-12, atol=1e-300)
+    g = sq.grouped
+    assert g.rows[0].sum() == pytest.approx(leaf.grouped.rows[0].sum(), abs=1e-14)
+    # grouped C = B f^label still holds label by label
+    assert np.allclose(g.row("C"), g.row("B") * np.exp(sq.grid.losses), rtol=1e-12)
