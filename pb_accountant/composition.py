@@ -30,7 +30,7 @@ MIN_STEPS_PLANNED = 2 ** 14
 INFINITY_FRACTION = 1e-3
 #: leaves needing more buckets than this at ``leaf_resolution`` (a heavy tail far from a
 #: narrow bulk) get half that resolution; measured cost: about 1e-4 relative in epsilon
-LEAF_BUCKETS_AT_FULL_RESOLUTION = 2 ** 14 - 2
+LEAF_BUCKETS_AT_FULL_RESOLUTION = 2 ** 13 - 2
 
 
 @dataclass(frozen=True)
