@@ -20,6 +20,7 @@ its accumulated floating-point error (``error``), folded into every reported bou
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -95,13 +96,30 @@ def _ceil_half(j):
     return -((-j) // 2)
 
 
+def _parity_slices(grid: Grid):
+    """Local positions of the even and odd absolute indices, and where they land.
+
+    Returns (even_start, odd_start, base): position 0 holds absolute index o - n; the
+    squared grid puts absolute even index 2k at position k - o' + n, o' = ceil(o/2).
+    """
+    n, o = grid.number_of_buckets, grid.offset
+    first = o - n                       # absolute index at position 0
+    even_start = 0 if first % 2 == 0 else 1
+    new = grid.squared()
+    base = (first + even_start) // 2 - new.offset + new.number_of_buckets
+    return even_start, 1 - even_start, base, new
+
+
 def _merged(row: np.ndarray, grid: Grid, odd_weight: float = 1.0) -> np.ndarray:
     """Squaring by grouping: absolute j -> ceil(j/2), odd j weighted (paper Def. 4)."""
-    j = grid.indices
-    new = grid.squared()
-    pos = _ceil_half(j) - new.offset + new.number_of_buckets
-    w = np.where(j % 2 == 0, 1.0, odd_weight)
-    return np.bincount(pos, weights=row * w, minlength=new.size)
+    even_start, odd_start, base, new = _parity_slices(grid)
+    out = np.zeros(new.size)
+    even = row[even_start::2]
+    out[base: base + len(even)] += even
+    odd = row[odd_start::2]                     # odd j -> (j + 1) / 2
+    first_odd = base + (1 if odd_start > even_start else 0)
+    out[first_odd: first_odd + len(odd)] += odd * odd_weight
+    return out
 
 
 def _window(grid: Grid, n: int, centre: int):
@@ -112,10 +130,14 @@ def _window(grid: Grid, n: int, centre: int):
     return m + centre - n, m + centre + n, centre
 
 
+@functools.lru_cache(maxsize=256)
 def _fold_weights(n: int, log_factor: float):
     """e^{-k log f} and 1 - e^{-k log f} for k = 1..n (corner splits)."""
     k = np.arange(1, n + 1, dtype=float) * log_factor
-    return np.exp(-k), -np.expm1(-k)
+    keep, out = np.exp(-k), -np.expm1(-k)
+    keep.setflags(write=False)
+    out.setflags(write=False)
+    return keep, out
 
 
 def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
@@ -239,19 +261,20 @@ class SplitBuckets:
     def squared(self) -> "SplitBuckets":
         """T: f -> f^2; odd points split between their even neighbours, masses kept."""
         grid = self.grid
-        new = grid.squared()
-        j = grid.indices
-        base = new.number_of_buckets - new.offset
+        even_start, odd_start, base, new = _parity_slices(grid)
         g = math.exp(-grid.log_factor)
         lo_a, hi_a = g / (1.0 + g), 1.0 / (1.0 + g)      # A weights to j-1 and j+1
-        odd = j % 2 != 0
-        jo = j[odd]
-        pos = np.concatenate((j[~odd] // 2, (jo - 1) // 2, (jo + 1) // 2)) + base
+        # odd j sits between even neighbours landing at k = (j-1)/2 and k + 1
+        first_lo = base - (1 if odd_start < even_start else 0)
         rows = []
         for row, (w_lo, w_hi) in zip(self.rows, ((lo_a, hi_a), (hi_a, lo_a))):
-            ro = row[odd]
-            weights = np.concatenate((row[~odd], ro * w_lo, ro * w_hi))
-            rows.append(np.bincount(pos, weights=weights, minlength=new.size))
+            out = np.zeros(new.size)
+            even = row[even_start::2]
+            out[base: base + len(even)] += even
+            odd = row[odd_start::2]
+            out[first_lo: first_lo + len(odd)] += odd * w_lo
+            out[first_lo + 1: first_lo + 1 + len(odd)] += odd * w_hi
+            rows.append(out)
         err = self.error + 4.0 * _U * self.masses()
         return SplitBuckets(new, np.vstack(rows), self.a_inf, self.b_minf, err,
                             self.compositions, 0.0)
@@ -402,10 +425,12 @@ class GroupedBuckets:
         mass = weights.sum()
         mean = float(weights @ labels / mass) if mass > 0 else 0.0
         s = int(round(centre / d - mean))
-        old_pos = grid.indices - s - self.grid.offset + self.grid.number_of_buckets
-        valid = (old_pos >= 0) & (old_pos < self.grid.size)
+        start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
+            + self.grid.number_of_buckets                 # old position of the first new label
+        lo, hi = max(start, 0), min(start + grid.size, self.grid.size)
         rows = np.zeros((len(self.rows), grid.size))
-        rows[:, valid] = self.rows[:, old_pos[valid]]
+        if hi > lo:
+            rows[:, lo - start: hi - start] = self.rows[:, lo:hi]
         err = self.error.copy()
         if s:
             scale = math.exp(s * d)

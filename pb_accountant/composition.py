@@ -191,9 +191,10 @@ class BucketSet:
         paper = tuple(p.restricted(n, centre) for p in self.paper) if self.paper else None
         return BucketSet(split.grid, split, grouped, paper)
 
-    def window(self, tail: float, cap: int) -> Tuple[int, int]:
-        """(n, centre): the buckets the loss range needs at tail mass ``tail``."""
-        lo, hi = self.split.needed_window(tail)
+    def window(self, tail: float, cap: int, span=None) -> Tuple[int, int]:
+        """(n, centre): the buckets the loss range needs at tail mass ``tail``
+        (``span``: that range, if already known)."""
+        lo, hi = span if span is not None else self.split.needed_window(tail)
         d = self.grid.log_factor
         n = buckets_for((hi - lo) / 2.0 + d, d, cap)
         centre = int(round((lo + hi) / 2.0 / d)) - self.grid.offset
@@ -298,7 +299,7 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
                 and z.can_square()):
             break
         z = z.squared()
-    n_out, centre = z.window(tail, options.max_buckets)
+    n_out, centre = z.window(tail, options.max_buckets, (lo, hi))
     return z.restricted(min(n_out, z.grid.number_of_buckets), centre)
 
 
