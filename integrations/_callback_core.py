@@ -151,3 +151,25 @@ class BudgetMonitor:
         if last is not None and last.step == step:
             return None
         return self._record("end", step, epoch)
+
+
+class MonitorView:
+    """Read-only access to a callback's ``BudgetMonitor`` (shared by the callbacks)."""
+
+    monitor: BudgetMonitor
+
+    @property
+    def records(self):
+        return self.monitor.records
+
+    @property
+    def stopped(self) -> bool:
+        return self.monitor.stopped
+
+    @property
+    def stop_reason(self) -> Optional[str]:
+        return self.monitor.stop_reason
+
+    @property
+    def guard(self):
+        return self.monitor.guard

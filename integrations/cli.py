@@ -23,6 +23,8 @@ import time
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from ._common import json_float
+
 PROG = "pb-accountant"
 EXIT_USAGE = 2
 Schedule = List[Tuple[float, float, int]]
@@ -92,15 +94,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
     parts = [line(headers), line(["-" * w for w in widths])]
     parts += [line(r) for r in rows]
     return "\n".join(parts)
-
-
-def _jf(x):
-    if x is None:
-        return None
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
 def _emit_json(obj, out) -> None:
@@ -239,7 +232,7 @@ def cmd_epsilon(args, out) -> int:
     steps = sum(t for _, _, t in schedule)
     if args.json:
         _emit_json({"command": "epsilon", "delta": delta, "schedule": _schedule_json(schedule),
-                    "steps": steps, "eps_lower": _jf(b.lower), "eps_upper": _jf(b.upper),
+                    "steps": steps, "eps_lower": json_float(b.lower), "eps_upper": json_float(b.upper),
                     "notes": notes + list(b.notes)}, out)
         return 0
     out.write(f"DP-SGD (Poisson-subsampled Gaussian), {steps} steps, delta = {delta:g}\n\n")
@@ -264,7 +257,7 @@ def cmd_delta(args, out) -> int:
     steps = sum(t for _, _, t in schedule)
     if args.json:
         _emit_json({"command": "delta", "schedule": _schedule_json(schedule), "steps": steps,
-                    "results": [{"epsilon": e, "delta_lower": _jf(lo), "delta_upper": _jf(hi)}
+                    "results": [{"epsilon": e, "delta_lower": json_float(lo), "delta_upper": json_float(hi)}
                                 for e, lo, hi in zip(eps, lows, ups)],
                     "notes": notes + list(db.notes)}, out)
         return 0
@@ -436,7 +429,7 @@ def cmd_noise(args, out) -> int:
         _emit_json({"command": "noise", "target_epsilon": target, "delta": delta,
                     "sample_rate": q, "steps": steps, "noise_multiplier": sigma,
                     "rejected_noise_multiplier": rejected, "relative_tolerance": tol,
-                    "eps_lower": _jf(bounds.lower), "eps_upper": _jf(bounds.upper),
+                    "eps_lower": json_float(bounds.lower), "eps_upper": json_float(bounds.upper),
                     "evaluations": n_eval, "seconds": round(elapsed, 3),
                     "notes": notes + list(bounds.notes)}, out)
         return 0
@@ -517,8 +510,8 @@ def cmd_compare(args, out) -> int:
     if args.json:
         _emit_json({"command": "compare", "delta": delta, "schedule": _schedule_json(schedule),
                     "steps": steps,
-                    "results": [{"method": m, "label": label, "eps_lower": _jf(lo),
-                                 "eps_upper": _jf(hi), "kind": kind, "available": dt is not None,
+                    "results": [{"method": m, "label": label, "eps_lower": json_float(lo),
+                                 "eps_upper": json_float(hi), "kind": kind, "available": dt is not None,
                                  "seconds": None if dt is None else round(dt, 3)}
                                 for m, label, lo, hi, kind, dt in rows],
                     "notes": notes + list(b.notes)}, out)

@@ -27,12 +27,12 @@ from typing import Any, Iterable, Optional
 
 from transformers import TrainerCallback
 
-from ._callback_core import BudgetMonitor
+from ._callback_core import BudgetMonitor, MonitorView
 
 __all__ = ["PrivacyBudgetCallback"]
 
 
-class PrivacyBudgetCallback(TrainerCallback):
+class PrivacyBudgetCallback(MonitorView, TrainerCallback):
     """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded."""
 
     def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
@@ -47,22 +47,6 @@ class PrivacyBudgetCallback(TrainerCallback):
         self.account_steps = account_steps
         self.clear_dp_gradients = clear_dp_gradients
         self._pending_log = None
-
-    @property
-    def records(self):
-        return self.monitor.records
-
-    @property
-    def stopped(self) -> bool:
-        return self.monitor.stopped
-
-    @property
-    def stop_reason(self) -> Optional[str]:
-        return self.monitor.stop_reason
-
-    @property
-    def guard(self):
-        return self.monitor.guard
 
     @staticmethod
     def _epoch(state) -> Optional[int]:

@@ -19,12 +19,12 @@ try:
 except ImportError:  # pragma: no cover - the unified "lightning" package
     import lightning.pytorch as pl
 
-from ._callback_core import BudgetMonitor
+from ._callback_core import BudgetMonitor, MonitorView
 
 __all__ = ["PrivacyBudgetCallback"]
 
 
-class PrivacyBudgetCallback(pl.Callback):
+class PrivacyBudgetCallback(MonitorView, pl.Callback):
     """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded.
 
     Args:
@@ -54,23 +54,6 @@ class PrivacyBudgetCallback(pl.Callback):
         self.prog_bar = prog_bar
         self.account_steps = account_steps
         self._last_global_step = None
-
-    # -- convenience -------------------------------------------------------------------
-    @property
-    def records(self):
-        return self.monitor.records
-
-    @property
-    def stopped(self) -> bool:
-        return self.monitor.stopped
-
-    @property
-    def stop_reason(self) -> Optional[str]:
-        return self.monitor.stop_reason
-
-    @property
-    def guard(self):
-        return self.monitor.guard
 
     def _log(self, pl_module, record, on_step: bool) -> None:
         if record is None:
