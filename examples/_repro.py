@@ -28,7 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pb_accountant import compose  # noqa: E402
-from pb_accountant.pair_bounds import (cdp_for_sequence, kov_epsilon_for_pair,  # noqa: E402
+from pb_accountant.pair_bounds import (cdp_for_sequence, rdp_from_pair, kov_epsilon_for_pair,  # noqa: E402
                                        kov_for_sequence, rdp_for_sequence)
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -151,6 +151,23 @@ def comparison_epsilons(sequence, delta, *, kov=True, rdp=True, cdp=True,
         seq = cdp_seq or cdp_for_sequence(sequence)
         out["CDP"] = seq.epsilon(delta).upper
     return out
+
+
+def epsilons_over_r(pair, rs, delta, exact) -> Dict[str, List[float]]:
+    """Epsilon at ``delta`` after r compositions, for every r: bucket bounds, the
+    comparison bounds of the same pair, and ``exact(r)``."""
+    prof = rdp_from_pair(pair)
+    over_r = {k: [] for k in ("buckets upper", "buckets lower", "KOV", "RDP", "CDP", "exact")}
+    for r in rs.tolist():
+        eb = compose([(pair, r)], delta=delta).epsilon_bounds(delta)
+        over_r["buckets upper"].append(eb.upper)
+        over_r["buckets lower"].append(eb.lower)
+        c = comparison_epsilons([(pair, r)], delta, rdp_profile=prof.composed(r),
+                                cdp_seq=cdp_for_sequence([(pair, r)]))
+        for k, v in c.items():
+            over_r[k].append(v)
+        over_r["exact"].append(exact(r))
+    return over_r
 
 
 def epsilon_at(eps, delta_curve, delta):

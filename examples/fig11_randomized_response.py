@@ -14,12 +14,10 @@ import math
 
 import numpy as np
 
-from _repro import (Timer, bucket_curve, comparison_curves, comparison_epsilons,
-                    compositions_grid, md_table, parse_args, plot_eps_delta, plot_eps_over_r,
+from _repro import (Timer, epsilons_over_r, bucket_curve, comparison_curves, compositions_grid, md_table, parse_args, plot_eps_delta, plot_eps_over_r,
                     plt, save, write_csv, write_markdown)
 from pb_accountant import RandomizedResponse, compose
 from pb_accountant.comparison import kov_delta, kov_epsilon
-from pb_accountant.pair_bounds import cdp_for_sequence, rdp_from_pair
 
 NAME = "fig11_randomized_response"
 P = 0.51
@@ -50,17 +48,7 @@ def main(argv=None):
               rows)
 
     # ---- right: e^eps over r at delta = 1e-4 ---------------------------------------
-    prof = rdp_from_pair(pair)
-    over_r = {k: [] for k in ("buckets upper", "buckets lower", "KOV", "RDP", "CDP", "exact")}
-    for r in rs.tolist():
-        eb = compose([(pair, r)], delta=DELTA).epsilon_bounds(DELTA)
-        over_r["buckets upper"].append(eb.upper)
-        over_r["buckets lower"].append(eb.lower)
-        c = comparison_epsilons([(pair, r)], DELTA, rdp_profile=prof.composed(r),
-                                cdp_seq=cdp_for_sequence([(pair, r)]))
-        for k, v in c.items():
-            over_r[k].append(v)
-        over_r["exact"].append(kov_epsilon(eps0, 0.0, r, DELTA).upper)
+    over_r = epsilons_over_r(pair, rs, DELTA, lambda r: kov_epsilon(eps0, 0.0, r, DELTA).upper)
     rows = [(name, int(r), DELTA, float(e), math.exp(min(e, 700.0)))
             for name, es in over_r.items() for r, e in zip(rs, es)]
     write_csv(args.out / "eps_over_r.csv", ["curve", "compositions", "delta", "epsilon",

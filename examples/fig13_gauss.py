@@ -15,11 +15,9 @@ import math
 import numpy as np
 from scipy import optimize, stats
 
-from _repro import (Timer, bucket_curve, comparison_curves, comparison_epsilons,
-                    compositions_grid, md_table, parse_args, plot_eps_delta, plot_eps_over_r,
+from _repro import (Timer, epsilons_over_r, bucket_curve, comparison_curves, compositions_grid, md_table, parse_args, plot_eps_delta, plot_eps_over_r,
                     plt, save, write_csv, write_markdown)
 from pb_accountant import Gaussian, compose
-from pb_accountant.pair_bounds import cdp_for_sequence, rdp_from_pair
 
 NAME = "fig13_gauss"
 SIGMA = 200.0 * math.sqrt(2.0)
@@ -57,17 +55,7 @@ def main(argv=None):
               [(k, "lower" if k == "buckets lower" else "upper", float(e), math.exp(e), float(d))
                for k, v in curves.items() for e, d in zip(eps, v)])
 
-    prof = rdp_from_pair(pair)
-    over_r = {k: [] for k in ("buckets upper", "buckets lower", "KOV", "RDP", "CDP", "exact")}
-    for r in rs.tolist():
-        eb = compose([(pair, r)], delta=DELTA).epsilon_bounds(DELTA)
-        over_r["buckets upper"].append(eb.upper)
-        over_r["buckets lower"].append(eb.lower)
-        c = comparison_epsilons([(pair, r)], DELTA, rdp_profile=prof.composed(r),
-                                cdp_seq=cdp_for_sequence([(pair, r)]))
-        for k, v in c.items():
-            over_r[k].append(v)
-        over_r["exact"].append(exact_epsilon(DELTA, r))
+    over_r = epsilons_over_r(pair, rs, DELTA, lambda r: exact_epsilon(DELTA, r))
     write_csv(args.out / "eps_over_r.csv",
               ["curve", "compositions", "delta", "epsilon", "exp_epsilon"],
               [(k, int(r), DELTA, float(e), math.exp(e)) for k, v in over_r.items()
