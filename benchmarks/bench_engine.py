@@ -1,6 +1,6 @@
 """Engine benchmark: pb bounds vs Opacus PRV/RDP and dp_accounting PLD, same run.
 
-Prints one table for the four DP-SGD settings of DESIGN.md §7 (delta as listed there):
+Prints one table for four DP-SGD settings (the paper's and three common training runs):
 pb's certified lower/upper epsilon (both directions, both bounds, from scratch), the
 relative width, pb's upper bound against dp_accounting's pessimistic PLD epsilon
 (value_discretization_interval 1e-4) and Opacus PRV's upper bound, and the time ratios

@@ -1,9 +1,9 @@
 """Train briefly with Opacus + BudgetTracker/BudgetGuard, then plot the TensorBoard log.
 
 A small MLP is trained with DP-SGD on scikit-learn's digits (nothing is downloaded).
-A :class:`~integrations.BudgetTracker` writes the certified ``epsilon_lower`` and
+A :class:`~pb_accountant.integrations.BudgetTracker` writes the certified ``epsilon_lower`` and
 ``epsilon_upper`` to a TensorBoard event file after every step and a
-:class:`~integrations.BudgetGuard` stops training before the certified upper bound would
+:class:`~pb_accountant.integrations.BudgetGuard` stops training before the certified upper bound would
 pass ``--max-epsilon``.  The event file is then read back with TensorBoard's
 ``EventAccumulator`` and both bounds are plotted against the step::
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 try:
-    import integrations  # noqa: F401
+    import pb_accountant.integrations  # noqa: F401
 except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(ROOT))
 
@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import pb_accountant  # noqa: F401  (registers the "pb" accountant with Opacus)
-from integrations import BudgetExceededError, BudgetGuard, BudgetTracker, TensorBoardSink
+from pb_accountant.integrations import BudgetExceededError, BudgetGuard, BudgetTracker, TensorBoardSink
 from opacus import PrivacyEngine
 
 

@@ -40,7 +40,7 @@ except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import pb_accountant  # noqa: F401
 
-from integrations import BudgetGuard, BudgetTracker, CSVSink, TensorBoardSink  # noqa: E402
+from pb_accountant.integrations import BudgetGuard, BudgetTracker, CSVSink, TensorBoardSink  # noqa: E402
 from opacus import PrivacyEngine
 from opacus.accountants import PRVAccountant, RDPAccountant
 

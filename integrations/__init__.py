@@ -1,9 +1,9 @@
 """Training-time integrations of pb-accountant: budget tracking, a budget guard,
 framework callbacks (PyTorch Lightning, Hugging Face transformers) and a command line.
 
-Imports are lazy: ``import integrations`` (and ``integrations.cli``) needs neither torch
-nor opacus, lightning or transformers; the callbacks live in ``integrations.lightning``
-and ``integrations.huggingface`` and import their framework there.
+Imports are lazy: ``import pb_accountant.integrations`` (and ``pb_accountant.integrations.cli``) needs neither torch
+nor opacus, lightning or transformers; the callbacks live in ``pb_accountant.integrations.lightning``
+and ``pb_accountant.integrations.huggingface`` and import their framework there.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'integrations' has no attribute {name!r}")
+        raise AttributeError(f"module 'pb_accountant.integrations' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

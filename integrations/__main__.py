@@ -1,4 +1,4 @@
-"""``python -m integrations`` runs the ``pb-accountant`` command line."""
+"""``python -m pb_accountant.integrations`` runs the ``pb-accountant`` command line."""
 import sys
 
 from .cli import main

@@ -739,7 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``pb-accountant`` and ``python -m integrations.cli``."""
+    """Entry point of ``pb-accountant`` and ``python -m pb_accountant.integrations.cli``."""
     import warnings
     with warnings.catch_warnings():
         # numpy's floating-point chatter from inside the engine is not for the user

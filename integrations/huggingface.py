@@ -12,7 +12,7 @@ registered after this one, such as the printer; the ``report_to`` integrations r
 before user callbacks and do not see it: use a ``TensorBoardSink``), and written to
 the given sinks.  When one more step would exceed ``max_epsilon`` the callback sets
 ``control.should_training_stop = True``; with an Opacus ``DPOptimizer`` a
-:class:`~integrations.guard.BudgetGuard` in mode "stop" also refuses any step past
+:class:`~pb_accountant.integrations.guard.BudgetGuard` in mode "stop" also refuses any step past
 the budget.  With ``account_steps=True`` the callback steps the accountant itself
 (for set-ups whose optimizer adds the noise but does not account).
 

@@ -7,7 +7,7 @@ Logs ``epsilon_lower`` and ``epsilon_upper`` with ``pl_module.log`` every
 ``log_every_n_steps`` optimisation steps and at each epoch end, and sets
 ``trainer.should_stop`` when one more step would take the certified upper bound past
 ``max_epsilon`` (look-ahead with the accountant's ``epsilon_after``).  When the
-trainer's optimizer is an Opacus ``DPOptimizer`` a :class:`~integrations.guard.BudgetGuard`
+trainer's optimizer is an Opacus ``DPOptimizer`` a :class:`~pb_accountant.integrations.guard.BudgetGuard`
 in mode "stop" is also attached to it, so no step past the budget can be taken.
 """
 from __future__ import annotations

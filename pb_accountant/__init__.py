@@ -8,7 +8,7 @@ from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 __all__ = ["PrivacyBucketsAccountant", "compose", "epsilon_bounds", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
            "Laplace", "RandomizedResponse", "DiscretePair", "EpsilonBounds", "DeltaBounds",
            "PrivacyCurve", "GridInfo"]
-__version__ = "0.1.0"
+from ._version import __version__
 
 from . import _opacus_hook as _hook
 

@@ -1,6 +1,6 @@
 """``PrivacyBucketsAccountant``: a drop-in for Opacus's "prv"/"rdp" accountants.
 
-A thin stateful wrapper over the engine (DESIGN.md §6): ``history`` holds
+A thin stateful wrapper over the engine (Opacus 1.6 ``IAccountant``): ``history`` holds
 ``(noise_multiplier, sample_rate, num_steps)`` entries exactly as Opacus's accountants
 do; every query is a pure function of it.  Composed binary powers and composed prefixes
 are cached, so a training loop that asks for epsilon every epoch pays only for the

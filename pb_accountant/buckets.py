@@ -4,7 +4,7 @@ Three representations of the same composition, all stored as rows of masses so t
 composition is one batched FFT convolution per row (indices add, paper Definition 4):
 
 * ``SplitBuckets``: the tight *upper* bound.  Every event is split into two atoms on
-  the neighbouring grid points, preserving its A- and B-mass (DESIGN.md §3, the
+  the neighbouring grid points, preserving its A- and B-mass (docs/method.md §4, the
   privacy-buckets counterpart of "Connect the Dots").  The split pair dominates the
   true pair in both neighbouring directions at once, and corner atoms beyond t_n
   (t_{-n}) are split between t_n and +inf (t_{-n} and -inf) the same way.
@@ -464,7 +464,7 @@ class PaperBuckets:
 
     Rows are A = B_T(i), V = (B_T(i)/f^i + l~(i)) f^i and R = (B_T(i)/f^i + l(i)) f^i
     (Definitions 4 and 7); composition is a convolution of each row because
-    V-formula sums telescope (DESIGN.md §2).  The virtual term of the bottom bucket
+    V-formula sums telescope (docs/method.md §5).  The virtual term of the bottom bucket
     -n cannot be certified in floating point after a composition (it is a tiny
     difference of huge B-masses), so there it is replaced by its upper bound
     B-mass <= 1, which only lowers the lower bound.

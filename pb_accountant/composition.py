@@ -1,7 +1,7 @@
 """Composing sequences of mechanisms: leaves, binary powers, squaring, canonical order.
 
 The composition of a history [(pair, count), ...] is built in one canonical order so
-that the bounds are a function of the history alone (DESIGN.md §5): for each segment
+that the bounds are a function of the history alone (docs/method.md §3): for each segment
 the cached binary powers M^(2^k) are folded from the highest set bit down, and the
 segments are folded left to right.  Before each composition the operands are brought
 to a common grid (squaring the finer one); after it, if the corners pushed more mass

@@ -4,8 +4,8 @@
     >>> pb = compose([(SubsampledGaussian(1.1, 0.01), 1000)], delta=1e-5)
     >>> bounds = pb.epsilon_bounds(1e-5)          # EpsilonBounds(lower=..., upper=...)
 
-Upper bounds come from every tracked upper method ("split": the split pair, DESIGN.md
-§3; "paper": Definition 9) and the smallest is reported; lower bounds from "grouped"
+Upper bounds come from every tracked upper method ("split": the split pair, docs/method.md
+§4; "paper": Definition 9) and the smallest is reported; lower bounds from "grouped"
 (Theorem 2 over all groups) and "paper" (Theorem 2), the largest reported.  Both
 neighbouring directions are always included.
 """

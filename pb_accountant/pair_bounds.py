@@ -275,7 +275,7 @@ def _tilted_logsumexp(ln, t, orders, outer, block: int = 8):
 def _direction_values(losses, num, num_extra, err_num, orders):
     """D_alpha of the conditional pair of one direction on one grid, with edge shares.
 
-    On the split grid the denominator atom at t_i is exactly num_i e^{-t_i} (DESIGN.md §3;
+    On the split grid the denominator atom at t_i is exactly num_i e^{-t_i} (docs/method.md §4;
     the engine's queries use the same identity), so only the numerator row and its
     certified l1 error ``err_num`` enter: the hockey-stick integrand (1 - e^{eps - T})_+
     is at most 1, so an l1 error e on each factor costs at most (m + e)^r - m^r.

@@ -1,4 +1,4 @@
-"""From bucket rows to certified delta(eps) and eps(delta) (DESIGN.md §4).
+"""From bucket rows to certified delta(eps) and eps(delta) (docs/method.md §7).
 
 Every bound used here has the form
 

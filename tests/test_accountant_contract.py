@@ -1,4 +1,4 @@
-"""The Opacus accountant contract of ``PrivacyBucketsAccountant`` (DESIGN.md §6).
+"""The Opacus accountant contract of ``PrivacyBucketsAccountant`` (Opacus 1.6 ``IAccountant``).
 
 Pure Python: no training here (tests/test_opacus_training.py trains).  Covers the
 constructor, ``step`` merging, ``history`` assignment (also as JSON lists), the float

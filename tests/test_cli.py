@@ -1,4 +1,4 @@
-"""The pb-accountant command line, run for real: ``python -m integrations.cli ...``."""
+"""The pb-accountant command line, run for real: ``python -m pb_accountant.integrations.cli ...``."""
 import csv
 import json
 import os
@@ -22,7 +22,7 @@ def _env():
 
 
 def run(*argv, cwd=None, check=True):
-    proc = subprocess.run([sys.executable, "-m", "integrations.cli", *map(str, argv)],
+    proc = subprocess.run([sys.executable, "-m", "pb_accountant.integrations.cli", *map(str, argv)],
                           capture_output=True, text=True, env=_env(), cwd=cwd or ROOT,
                           timeout=300)
     if check:
@@ -269,7 +269,7 @@ def test_user_errors_print_one_line(argv, needle):
 
 def test_library_value_errors_are_one_line(monkeypatch, capsys):
     """A ValueError raised inside pb_accountant becomes one line and exit status 2."""
-    from integrations import cli
+    from pb_accountant.integrations import cli
 
     def boom(self, delta):
         raise ValueError("something the library\nrejects, on two lines")
@@ -301,15 +301,15 @@ def test_works_without_torch_opacus_lightning_transformers(tmp_path):
                 if name.split(".")[0] in BLOCKED:
                     raise ImportError(f"blocked: {{name}}")
         sys.meta_path.insert(0, Block())
-        import integrations
-        from integrations.cli import main
+        import pb_accountant.integrations
+        from pb_accountant.integrations.cli import main
         assert main(["epsilon", "--sigma", "1", "--sample-rate", "0.05", "--steps", "20",
                      "--delta", "1e-5", "--json"]) == 0
         assert main(["compare", "--sigma", "1", "--sample-rate", "0.05", "--steps", "20",
                      "--delta", "1e-5", "--json"]) == 0
         assert main(["curve", "--sigma", "1", "--sample-rate", "0.05", "--steps", "20",
                      "--out", {str(tmp_path / 'nt')!r}, "--num", "20", "--compare"]) == 0
-        from integrations import BudgetTracker, BudgetGuard, check_sample_rate
+        from pb_accountant.integrations import BudgetTracker, BudgetGuard, check_sample_rate
         loaded = [m for m in sys.modules if m.split(".")[0] in BLOCKED]
         assert not loaded, loaded
     """)
@@ -340,7 +340,7 @@ def _json_chunks(text):
 
 
 def test_python_dash_m_integrations_works():
-    proc = subprocess.run([sys.executable, "-m", "integrations", "epsilon", "--sigma", "1",
+    proc = subprocess.run([sys.executable, "-m", "pb_accountant.integrations", "epsilon", "--sigma", "1",
                            "--sample-rate", "0.05", "--steps", "5", "--delta", "1e-5", "--json"],
                           capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and json.loads(proc.stdout)["steps"] == 5

@@ -16,7 +16,7 @@ from opacus.accountants import RDPAccountant
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from integrations import BudgetExceededError, BudgetGuard, BudgetTracker
+from pb_accountant.integrations import BudgetExceededError, BudgetGuard, BudgetTracker
 from pb_accountant import PrivacyBucketsAccountant
 
 from _budget_helpers import fresh_bounds, quiet_opacus_warnings

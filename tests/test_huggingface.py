@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer, TrainingArguments, default_data_collator
 
-from integrations.huggingface import PrivacyBudgetCallback
+from pb_accountant.integrations.huggingface import PrivacyBudgetCallback
 from pb_accountant import PrivacyBucketsAccountant
 
 from _budget_helpers import fresh_bounds, quiet_opacus_warnings

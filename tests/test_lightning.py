@@ -22,8 +22,8 @@ from pytorch_lightning.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from integrations import CSVSink
-from integrations.lightning import PrivacyBudgetCallback
+from pb_accountant.integrations import CSVSink
+from pb_accountant.integrations.lightning import PrivacyBudgetCallback
 
 from _budget_helpers import fresh_bounds, quiet_opacus_warnings
 

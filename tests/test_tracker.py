@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from integrations import (BudgetTracker, CSVSink, JSONLinesSink, LoggingSink, SampleRateWarning,
+from pb_accountant.integrations import (BudgetTracker, CSVSink, JSONLinesSink, LoggingSink, SampleRateWarning,
                           check_sample_rate)
-from integrations.sinks import BudgetRecord
+from pb_accountant.integrations.sinks import BudgetRecord
 from pb_accountant import PrivacyBucketsAccountant
 
 from _budget_helpers import fresh_bounds, quiet_opacus_warnings
@@ -84,7 +84,7 @@ def test_a_crash_loses_nothing(tmp_path):
     script = textwrap.dedent(f"""
         import os
         from pb_accountant import PrivacyBucketsAccountant
-        from integrations import BudgetTracker, CSVSink, JSONLinesSink
+        from pb_accountant.integrations import BudgetTracker, CSVSink, JSONLinesSink
         acc = PrivacyBucketsAccountant()
         t = BudgetTracker(acc, 1e-5, every_n_steps=1, sinks=[
             CSVSink({str(tmp_path / 'b.csv')!r}), JSONLinesSink({str(tmp_path / 'b.jsonl')!r})])
@@ -185,7 +185,7 @@ def train(torch, model, optimizer, loader, tracker, epochs):
 
 
 def test_tensorboard_event_files_hold_the_scalars(tmp_path):
-    from integrations import TensorBoardSink
+    from pb_accountant.integrations import TensorBoardSink
     torch, engine, model, optimizer, loader = opacus_setup()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
