@@ -5,7 +5,6 @@ randomized response by a binomial sum, high-precision mpmath evaluations), plus 
 validation and log-space stability far beyond the paper's r = 512.
 """
 import math
-import time
 
 import mpmath as mp
 import numpy as np
@@ -234,7 +233,6 @@ def test_kov_epsilon_is_certified_and_tight():
 
 def test_kov_stays_finite_and_monotone_far_beyond_paper_limit():
     """The paper could only evaluate r <= 512; log space reaches r = 10**6."""
-    start = time.perf_counter()
     eps = np.linspace(0.0, 150.0, 301)
     out = C.kov_delta(0.01, 1e-12, 10 ** 6, eps)
     assert np.all(np.isfinite(out.upper))
@@ -247,7 +245,6 @@ def test_kov_stays_finite_and_monotone_far_beyond_paper_limit():
     assert big.upper[-1] == 0.0 and big.upper[0] > 0.5
     eps_out = C.kov_epsilon(0.01, 0.0, 10 ** 6, 1e-5)
     assert np.isfinite(eps_out.upper) and 0 < eps_out.upper < 150
-    assert time.perf_counter() - start < 5.0
 
 
 def test_kov_against_mpmath_beyond_512():
@@ -298,15 +295,13 @@ def test_kov_curve_of_gaussian_base_curve_brackets_exact_composition():
         assert np.all(curve.delta_upper <= single)
 
 
-def test_kov_curve_is_fast_for_paper_sgd_size():
-    """paper §5.8 omitted KOV for r = 2**16; here a few hundred base points is quick."""
+def test_kov_curve_at_paper_sgd_size():
+    """paper §5.8 omitted KOV for r = 2**16; a few hundred base points work here (its cost
+    is measured by the reproduction scripts, not asserted)."""
     base_eps = np.geomspace(1e-4, 4.0, 300)
     base_delta = gaussian_delta(base_eps, 0.5)
     targets = np.linspace(0.0, 30.0, 200)
-    start = time.perf_counter()
     curve = C.kov_curve(base_eps, base_delta, 2 ** 16, targets)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 3.0
     assert np.all(np.isfinite(curve.delta_upper))
     assert np.all((curve.delta_upper >= 0) & (curve.delta_upper <= 1))
     assert np.all(np.diff(curve.delta_upper) <= 0)

@@ -54,6 +54,10 @@ def test_no_top_level_integrations_package(installed):
     assert "pb_accountant" in top_level
     assert (purelib / "pb_accountant" / "integrations" / "cli.py").is_file()
     assert (purelib / "pb_accountant" / "py.typed").is_file()
+    # every subpackage of the source tree is in the wheel
+    for init in (ROOT / "pb_accountant").rglob("__init__.py"):
+        rel = init.relative_to(ROOT)
+        assert (purelib / rel).is_file(), f"{rel} missing from the wheel"
 
 
 def test_installed_integrations_import_outside_the_tree(installed):
@@ -65,6 +69,7 @@ def test_installed_integrations_import_outside_the_tree(installed):
     proc = _run([str(python), "-c",
                  "import sys, integrations, pb_accountant; "
                  "from pb_accountant.integrations import BudgetTracker, BudgetGuard; "
+                 "from pb_accountant.comparison import kov_delta, rdp_from_pair; "
                  "assert integrations.MINE; assert 'torch' not in sys.modules; "
                  "print(pb_accountant.__version__)"], cwd=where)
     assert proc.returncode == 0, proc.stderr
