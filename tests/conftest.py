@@ -2,13 +2,17 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special
 
 
 def gaussian_delta(eps, mu):
-    """Exact delta(eps) of the Gaussian mechanism with mu = sqrt(sum r_i / sigma_i^2)."""
+    """Exact delta(eps) of the Gaussian mechanism with mu = sqrt(sum r_i / sigma_i^2).
+
+    Evaluated with log-CDFs, so tiny deltas keep their relative accuracy."""
     eps = np.asarray(eps, dtype=float)
-    return stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+    a = special.log_ndtr(-eps / mu + mu / 2.0)
+    b = eps + special.log_ndtr(-eps / mu - mu / 2.0)
+    return np.maximum(np.exp(a) - np.exp(b), 0.0)
 
 
 def gaussian_epsilon(delta, mu):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import special
 
+from conftest import gaussian_delta
 from pb_accountant import comparison as C
 from pb_accountant.results import DeltaBounds, EpsilonBounds, PrivacyCurve
 
@@ -23,13 +24,6 @@ HYP = settings(max_examples=40, deadline=None,
 # ------------------------------------------------------------------------------------
 # exact reference values
 # ------------------------------------------------------------------------------------
-
-def gaussian_delta(eps, mu):
-    """Exact delta(eps) of the Gaussian mechanism with mu = sqrt(r)/sigma (closed form)."""
-    eps = np.asarray(eps, dtype=float)
-    a = special.log_ndtr(-eps / mu + mu / 2.0)
-    b = eps + special.log_ndtr(-eps / mu - mu / 2.0)
-    return np.maximum(np.exp(a) - np.exp(b), 0.0)
 
 
 def rr_delta_mp(eps0, r, eps, dps=40):

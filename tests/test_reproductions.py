@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 
+from conftest import gaussian_delta
 from pb_accountant import (Gaussian, Laplace, RandomizedResponse, SubsampledGaussian,
                            compose)
 from pb_accountant.comparison import kov_delta, subsampled_gaussian_rdp
@@ -40,10 +40,6 @@ CASES = [
 ]
 IDS = [c[0] for c in CASES]
 
-
-def gaussian_delta(eps, mu):
-    eps = np.asarray(eps, dtype=float)
-    return stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
 
 
 def comparison_deltas(pair, r, eps):
