@@ -248,12 +248,29 @@ def schedule_json(schedule: Schedule) -> List[Data]:
 
 def progress_bar(args, total: Optional[int], desc: str):
     """A tqdm bar on stderr, shown after one second, only where ``args.show_progress``."""
-    from tqdm import tqdm
     import sys
+    try:
+        from tqdm import tqdm
+    except ImportError:                  # a dependency, but never worth failing for
+        return _NoBar()
     return tqdm(total=total, desc=desc, file=sys.stderr,
                 delay=getattr(args, "progress_delay", 1.0),
                 disable=not getattr(args, "show_progress", False), leave=False,
                 dynamic_ncols=True)
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, text="", refresh=True):
+        pass
 
 
 _ENGINE_PHRASES = [

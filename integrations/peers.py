@@ -160,6 +160,22 @@ def _limit_memory(memory_bytes: Optional[int]) -> None:  # pragma: no cover - in
         pass                                 # no RLIMIT_AS here: the time limit remains
 
 
+_PACKAGES = {"opacus-rdp": ("opacus", "opacus"), "opacus-prv": ("opacus", "opacus"),
+             "pld-pessimistic": ("dp_accounting", "dp-accounting"),
+             "pld-optimistic": ("dp_accounting", "dp-accounting")}
+
+
+def _missing_package(name: str) -> Optional[str]:
+    """The install hint when the peer's package cannot be found here, else None."""
+    import importlib.util
+    module, dist = _PACKAGES[name]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"{module} is not installed; pip install {dist}"
+
+
 def run_peer_isolated(name: str, schedule: Schedule, deltas: Sequence[float], *,
                       timeout: float = DEFAULT_TIMEOUT_S,
                       memory_bytes: Optional[int] = DEFAULT_MEMORY_BYTES,
@@ -169,6 +185,9 @@ def run_peer_isolated(name: str, schedule: Schedule, deltas: Sequence[float], *,
     peer's own failures, which come back as status "failed" with a short reason."""
     if name not in PEERS:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    missing = _missing_package(name)
+    if missing is not None:                  # no child process for a peer not installed
+        return PeerResult(name, "not installed", reason=missing)
     request = json.dumps({"name": name, "deltas": [float(d) for d in deltas],
                           "schedule": [[float(s), float(q), int(t)] for s, q, t in schedule],
                           "options": options})
