@@ -399,8 +399,7 @@ def noise(args) -> Data:
             "relative_tolerance": res.relative_tolerance, "eps_lower": lo_bound,
             "eps_upper": eps_upper, "evaluations": res.evaluations,
             "reason": None if res.reason is None else user_terms(res.reason),
-            "seconds": round(elapsed, 3) if args.timing else None,
-            "notes": _notes(notes)}
+            "notes": _notes(notes), **({"seconds": round(elapsed, 3)} if args.timing else {})}
 
 
 def peer_names(args) -> List[str]:
@@ -450,7 +449,7 @@ def compare(args) -> Data:
         rows.append({"method": "pb", "label": "pb-accountant (privacy buckets)",
                      "eps_lower": b.lower, "eps_upper": b.upper, "status": "ok", "reason": "",
                      "kind": "certified lower and upper bounds", "available": True,
-                     "seconds": round(dt, 3) if args.timing else None})
+                     **({"seconds": round(dt, 3)} if args.timing else {})})
         peers = _run_peers(args, names, schedule, [delta_], bar)
     for name in names:
         label, kind = peer_description(name)
@@ -459,8 +458,8 @@ def compare(args) -> Data:
         rows.append({"method": name, "label": label, "eps_lower": lo, "eps_upper": hi,
                      "status": r.status, "reason": r.reason, "kind": kind,
                      "available": r.status == "ok",
-                     "seconds": (None if r.seconds is None else round(r.seconds, 3))
-                     if args.timing else None})
+                     **({"seconds": None if r.seconds is None else round(r.seconds, 3)}
+                        if args.timing else {})})
     return {"command": "compare", "delta": delta_, "schedule": schedule_json(schedule),
             "steps": _steps(schedule), "results": rows, "notes": _notes(notes + list(b.notes))}
 

@@ -161,7 +161,7 @@ def render_noise(data: Data) -> str:
 
 
 def render_compare(data: Data) -> str:
-    timing = any(r.get("seconds") is not None for r in data["results"])
+    timing = any("seconds" in r for r in data["results"])
     rows = []
     for r in data["results"]:
         row = [r["label"], "-" if r["eps_lower"] is None else down(r["eps_lower"]),
@@ -202,12 +202,13 @@ class OutputError(Exception):
 def check_output_path(option: str, path: str) -> str:
     """``path`` if a file can be created there, else OutputError naming ``option``."""
     folder = os.path.dirname(os.path.abspath(path))
+    shown = os.path.dirname(path) or "."
     if os.path.isdir(path):
         raise OutputError(f"{option}: {path} is a folder, not a file name")
     if not os.path.isdir(folder):
-        raise OutputError(f"{option}: cannot write {path}: folder {folder} does not exist")
+        raise OutputError(f"{option}: cannot write {path}: folder {shown} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"{option}: cannot write {path}: folder {folder} is not writable")
+        raise OutputError(f"{option}: cannot write {path}: folder {shown} is not writable")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise OutputError(f"{option}: cannot write {path}: the file is read-only")
     return path
