@@ -201,9 +201,7 @@ def run_peer_isolated(name: str, schedule: Schedule, deltas: Sequence[float], *,
             preexec_fn=(lambda: _limit_memory(memory_bytes)) if posix else None)
     except OSError as exc:
         return PeerResult(name, "failed", reason=_short(f"could not start: {exc}"))
-    try:
-        out, err = proc.communicate(request, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    def kill() -> None:
         try:
             if posix:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -211,8 +209,17 @@ def run_peer_isolated(name: str, schedule: Schedule, deltas: Sequence[float], *,
                 proc.kill()
         except OSError:
             pass
+
+    try:
+        out, err = proc.communicate(request, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill()
         proc.communicate()
         return PeerResult(name, "failed", reason=f"timed out after {timeout:g} s")
+    except BaseException:                    # Ctrl-C: the child is in its own session
+        kill()
+        proc.wait()
+        raise
     try:
         answer = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     except (ValueError, IndexError):
@@ -241,6 +248,12 @@ def _child_main() -> int:  # pragma: no cover - runs in the child process
     request = json.loads(sys.stdin.read())
     name = request["name"]
     try:
+        try:
+            import importlib
+            importlib.import_module(_PACKAGES[name][0] + (".accountants" if name.startswith(
+                "opacus") else ".pld"))
+        except Exception:
+            pass                              # peer_epsilons reports what is missing
         t = time.monotonic()
         pairs = peer_epsilons(name, request["schedule"], request["deltas"],
                               **request.get("options", {}))
