@@ -275,8 +275,8 @@ class _NoBar:
 
 _ENGINE_PHRASES = [
     ("choose a smaller factor or fewer buckets",
-     "the privacy loss of this schedule is beyond the range the engine can represent "
-     "(more noise, a smaller sample rate or fewer steps would fit)"),
+     "the privacy losses this needs are beyond the range the engine can represent "
+     "(more noise, a smaller sample rate, fewer steps or a larger delta would fit)"),
 ]
 
 
@@ -376,7 +376,7 @@ def noise(args) -> Data:
         raise UserError("--steps must be at least 1 for noise")
     notes = notes + more
     t0 = time.monotonic()
-    with progress_bar(args, max_eval, "searching noise multiplier") as bar:
+    with progress_bar(args, None, "searching noise multiplier") as bar:
         def report(n, text):
             bar.update(1)
             bar.set_postfix_str(text, refresh=False)

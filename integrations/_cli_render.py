@@ -235,7 +235,10 @@ class AtomicFiles:
             raise OutputError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None
 
     def commit(self) -> None:
+        umask = os.umask(0)
+        os.umask(umask)
         for tmp, path in self._pending:
+            os.chmod(tmp, 0o666 & ~umask)       # as open() would have made it
             os.replace(tmp, path)
         self._pending = []
 

@@ -318,6 +318,9 @@ def test_curve_writes_png_and_csv(capsys, tmp_path):
     assert all(b >= c for b, c in zip(up, up[1:]))                     # decreasing in eps
     assert up[-1] <= 1e-8 * (1 + 1e-9)       # default range ends where delta_up = 1e-8
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "c.png"]   # no temp left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "c.csv").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_curve_png_only_writes_no_csv(capsys, tmp_path, monkeypatch):
