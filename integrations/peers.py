@@ -12,6 +12,10 @@ no such bound).  Peers are imported lazily; a missing package raises
 * ``pld-pessimistic`` / ``pld-optimistic``: Google's ``dp_accounting`` privacy loss
   distributions; the pessimistic estimate is an upper bound, the optimistic one an
   estimate from below.
+
+``run_peer_isolated`` runs one peer in a child Python with a time limit and an
+address-space limit (``RLIMIT_AS``), so that a peer that allocates without bound or
+never ends costs the caller a "failed: <reason>" row, never its own result.
 """
 from __future__ import annotations
 
@@ -173,7 +177,7 @@ def _missing_package(name: str) -> Optional[str]:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         found = False
-    return None if found else f"{module} is not installed; pip install {dist}"
+    return None if found else f"pip install {dist}"
 
 
 def run_peer_isolated(name: str, schedule: Schedule, deltas: Sequence[float], *,
@@ -201,6 +205,7 @@ def run_peer_isolated(name: str, schedule: Schedule, deltas: Sequence[float], *,
             preexec_fn=(lambda: _limit_memory(memory_bytes)) if posix else None)
     except OSError as exc:
         return PeerResult(name, "failed", reason=_short(f"could not start: {exc}"))
+
     def kill() -> None:
         try:
             if posix:
