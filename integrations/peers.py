@@ -264,7 +264,11 @@ def _child_main() -> int:  # pragma: no cover - runs in the child process
                               **request.get("options", {}))
         answer = {"status": "ok", "pairs": pairs, "seconds": time.monotonic() - t}
     except PeerUnavailable as exc:
-        answer = {"status": "not installed", "reason": str(exc)}
+        # the parent found the package: failing to import it here is a failure (a
+        # broken install, or the memory limit), not an absence
+        cause = exc.__context__ or exc
+        answer = {"status": "failed",
+                  "reason": f"cannot import {_PACKAGES[name][0]}: {cause}"}
     except MemoryError:
         answer = {"status": "failed", "reason": "out of memory"}
     except Exception as exc:  # the peer's own failure, reported in its row
