@@ -163,10 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_delta)
 
     p = sub.add_parser("noise", help="smallest noise multiplier meeting a target epsilon")
-    p.add_argument("--target-epsilon", required=True)
+    p.add_argument("--target-epsilon", required=True, metavar="EPS",
+                   help="the epsilon the noise must certify")
     grp = p.add_argument_group("training")
     _add_rate(grp)
-    p.add_argument("--delta", required=True)
+    p.add_argument("--delta", required=True, help="the delta of the target (0 < delta < 1)")
     p.add_argument("--tol", default="1e-3",
                    help=f"relative tolerance on sigma, in [{commands.MIN_TOL:g}, "
                         f"{commands.MAX_TOL:g}] (default 1e-3)")
