@@ -199,9 +199,9 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
             side = 1
     reason = None
     if math.isinf(e_lo):
-        reason = (f"noise multipliers <= {lo:.6g} cannot be certified "
-                  f"({last_reason or 'no epsilon could be certified'}), so a smaller one "
-                  "may meet the target")
+        reason = (f"sigma = {lo:.6g}, just below, cannot be certified "
+                  f"({last_reason or 'no epsilon could be certified'}); a smaller noise "
+                  "multiplier may still meet the target")
     elif stopped:
         reason = (f"stopped after {max_evaluations} evaluations with sigma in "
                   f"[{lo:.6g}, {hi:.6g}]")
