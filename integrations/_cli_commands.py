@@ -246,7 +246,7 @@ def schedule_json(schedule: Schedule) -> List[Data]:
 # progress and messages
 # --------------------------------------------------------------------------------------
 
-def progress_bar(args, total: Optional[int], desc: str):
+def progress_bar(args, total: Optional[int], desc: str, bar_format: Optional[str] = None):
     """A tqdm bar on stderr, shown after one second, only where ``args.show_progress``."""
     import sys
     try:
@@ -256,7 +256,45 @@ def progress_bar(args, total: Optional[int], desc: str):
     return tqdm(total=total, desc=desc, file=sys.stderr,
                 delay=getattr(args, "progress_delay", 1.0),
                 disable=not getattr(args, "show_progress", False), leave=False,
-                dynamic_ncols=True)
+                dynamic_ncols=True, bar_format=bar_format)
+
+
+class busy:
+    """A bar for one computation that cannot report steps: it shows the elapsed time
+    (refreshed twice a second by a helper thread) once the work exceeds the delay."""
+
+    def __init__(self, args, desc: str):
+        self.args, self.desc = args, desc
+        self.bar = None
+        self._stop = None
+        self._thread = None
+
+    def __enter__(self):
+        if not getattr(self.args, "show_progress", False):
+            return self
+        import threading
+        self.bar = progress_bar(self.args, None, self.desc, "{desc} ... {elapsed}")
+        self._stop = threading.Event()
+        delay = getattr(self.args, "progress_delay", 1.0)
+
+        def tick():
+            if self._stop.wait(delay):
+                return
+            while True:
+                self.bar.refresh()
+                if self._stop.wait(0.5):
+                    return
+
+        self._thread = threading.Thread(target=tick, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self._stop.set()
+            self._thread.join()
+            self.bar.close()
+        return False
 
 
 class _NoBar:
@@ -320,7 +358,8 @@ def _steps(schedule: Schedule) -> int:
 def epsilon(args) -> Data:
     schedule, notes = schedule_from(args)
     delta = delta_value(args.delta)
-    b = _accountant(schedule).get_epsilon_bounds(delta)
+    with busy(args, "computing the bounds"):
+        b = _accountant(schedule).get_epsilon_bounds(delta)
     return {"command": "epsilon", "delta": delta, "schedule": schedule_json(schedule),
             "steps": _steps(schedule), "eps_lower": b.lower, "eps_upper": b.upper,
             "notes": _notes(notes + list(b.notes))}
@@ -349,7 +388,8 @@ def delta(args) -> Data:
         raise UserError(f"--epsilon takes at most {MAX_NUM} values")
     eps = [number("--epsilon", e, low=0.0) for e in args.epsilon]
     grid_delta = delta_value(args.min_delta, "--min-delta")
-    pb, reason = _engine(schedule, grid_delta)
+    with busy(args, "composing"):
+        pb, reason = _engine(schedule, grid_delta)
     if pb is None:
         lows, ups = [0.0] * len(eps), [1.0] * len(eps)
         notes = notes + [f"delta cannot be certified below 1: {reason}"]
@@ -376,7 +416,8 @@ def noise(args) -> Data:
         raise UserError("--steps must be at least 1 for noise")
     notes = notes + more
     t0 = time.monotonic()
-    with progress_bar(args, None, "searching noise multiplier") as bar:
+    with progress_bar(args, None, "searching noise multiplier",
+                      "{desc}: {n} evaluations [{elapsed}]{postfix}") as bar:
         def report(n, text):
             bar.update(1)
             bar.set_postfix_str(text, refresh=False)
@@ -494,7 +535,8 @@ def curve(args) -> Tuple[Data, Any]:
     names = peer_names(args) if args.compare else []
     if args.compare:
         _peer_limits(args)
-    pb, reason = _engine(schedule, grid_delta)
+    with busy(args, "composing"):
+        pb, reason = _engine(schedule, grid_delta)
     if eps_max is None:
         top = pb.epsilon_bounds(grid_delta).upper if pb is not None else math.inf
         eps_max = 1.0 if (not math.isfinite(top) or top <= 0) else top

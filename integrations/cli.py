@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("epsilon", help="certified epsilon bounds at a delta")
     _add_schedule(p)
     p.add_argument("--delta", required=True)
-    _add_output(p)
+    _add_output(p, progress=True)
     p.set_defaults(func=cmd_epsilon)
 
     p = sub.add_parser("delta", help="certified delta bounds at one or more epsilons")
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-delta", default="1e-8",
                    help="smallest delta to resolve; sizes the grid (default 1e-8; smaller is "
                         "slower)")
-    _add_output(p)
+    _add_output(p, progress=True)
     p.set_defaults(func=cmd_delta)
 
     p = sub.add_parser("noise", help="smallest noise multiplier meeting a target epsilon")

@@ -242,6 +242,18 @@ def test_noise_finds_the_smallest_certified_sigma():
     assert quiet.stderr == ""
 
 
+def test_progress_only_when_asked_or_on_a_terminal(capsys):
+    argv = ("epsilon", "--segment", "1.1,0.01,10", "--segment", "1.2,0.01,10",
+            "--delta", DELTA)
+    status, out, err = cli(capsys, *argv, "--progress", "--progress-delay", 0)
+    assert status == 0 and "computing the bounds ..." in err
+    status, out2, err = cli(capsys, *argv)               # captured stderr: not a terminal
+    assert status == 0 and err == "" and out2 == out
+    status, out, err = cli(capsys, "delta", "--sigma", 1, "--sample-rate", 0.1, "--steps", 5,
+                           "--epsilon", 1, "--json", "--progress", "--progress-delay", 0)
+    assert status == 0 and "composing ..." in err and json.loads(out)["steps"] == 5
+
+
 def test_noise_text_and_unreachable_target(capsys):
     status, text, err = cli(capsys, "noise", "--target-epsilon", 8, "--sample-rate", 0.05,
                             "--epochs", 1, "--delta", DELTA, "--tol", "0.05")
