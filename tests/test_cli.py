@@ -1,4 +1,5 @@
-"""The pb-accountant command line, run for real: ``python -m pb_accountant.integrations.cli ...``."""
+"""The pb-accountant command line: in-process through ``main([...])`` where possible,
+and for real (``python -m pb_accountant.integrations.cli ...``) where the process matters."""
 import csv
 import json
 import os
@@ -35,6 +36,20 @@ def run_json(*argv):
     return json.loads(run(*argv, "--json").stdout)
 
 
+def cli(capsys, *argv):
+    """(status, stdout, stderr) of ``main(argv)`` in this process."""
+    from pb_accountant.integrations.cli import main
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def cli_json(capsys, *argv):
+    status, out, err = cli(capsys, *argv, "--json")
+    assert status == 0, err
+    return json.loads(out)
+
+
 def bounds(history, delta=DELTA):
     acc = PrivacyBucketsAccountant()
     acc.history = history
@@ -45,9 +60,10 @@ def bounds(history, delta=DELTA):
 # epsilon
 # ------------------------------------------------------------------------------------
 
-def test_epsilon_text_table_rounds_outward():
-    out = run("epsilon", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
-              "--delta", DELTA).stdout
+def test_epsilon_text_table_rounds_outward(capsys):
+    status, out, err = cli(capsys, "epsilon", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--delta", DELTA)
+    assert status == 0 and err == ""
     b = bounds([(1.0, 0.05, 60)])
     lines = out.splitlines()
     assert lines[0] == "DP-SGD (Poisson-subsampled Gaussian), 60 steps, delta = 1e-05"
@@ -65,30 +81,110 @@ def test_epsilon_text_table_rounds_outward():
     assert len({len(l) for l in sched}) == 1
 
 
-def test_epsilon_json_epochs_and_segments():
-    data = run_json("epsilon", "--sigma", 1.0, "--sample-rate", 0.05, "--epochs", 3,
+def test_epsilon_json_epochs_and_segments(capsys):
+    data = cli_json(capsys, "epsilon", "--sigma", 1.0, "--sample-rate", 0.05, "--epochs", 3,
                     "--delta", DELTA)
     assert data["steps"] == 60 and data["schedule"] == [
         {"noise_multiplier": 1.0, "sample_rate": 0.05, "steps": 60}]
-    assert "3 epochs x 20 steps" in data["notes"][0]
+    assert data["notes"][0] == "3 epochs / sample rate 0.05 = 60 steps"
     b = bounds([(1.0, 0.05, 60)])
     assert (data["eps_lower"], data["eps_upper"]) == (b.lower, b.upper)
-    seg = run_json("epsilon", "--segment", "1.0,0.05,40", "--segment", "0.8,0.1,10",
+    seg = cli_json(capsys, "epsilon", "--segment", "1.0,0.05,40", "--segment", "0.8,0.1,10",
                    "--delta", DELTA)
     b2 = bounds([(1.0, 0.05, 40), (0.8, 0.1, 10)])
     assert seg["steps"] == 50 and len(seg["schedule"]) == 2
     assert (seg["eps_lower"], seg["eps_upper"]) == (b2.lower, b2.upper)
-    assert seg["eps_upper"] > b.upper * 0 and seg["eps_lower"] <= seg["eps_upper"]
+    assert 0 < seg["eps_lower"] <= seg["eps_upper"]
+
+
+# ------------------------------------------------------------------------------------
+# the user's terms: batch and dataset size, fractions, fractional epochs, schedule files
+# ------------------------------------------------------------------------------------
+
+def test_batch_size_and_dataset_size_give_the_sample_rate(capsys):
+    data = cli_json(capsys, "epsilon", "--sigma", 1.1, "--batch-size", 256,
+                    "--dataset-size", 50000, "--steps", 30, "--delta", DELTA)
+    assert data["schedule"][0]["sample_rate"] == 256 / 50000
+    assert "256/50000" in data["notes"][0]
+    same = cli_json(capsys, "epsilon", "--sigma", 1.1, "--sample-rate", "256/50000",
+                    "--steps", 30, "--delta", DELTA)
+    assert same["schedule"] == data["schedule"]
+    assert (same["eps_lower"], same["eps_upper"]) == (data["eps_lower"], data["eps_upper"])
+    b = bounds([(1.1, 256 / 50000, 30)])
+    assert (data["eps_lower"], data["eps_upper"]) == (b.lower, b.upper)
+
+
+def test_fractional_epochs_round_up_and_say_so(capsys):
+    # 2.5 epochs at q = 256/50000: 2.5 * 50000 / 256 = 488.28... -> 489 steps (as TF Privacy)
+    data = cli_json(capsys, "epsilon", "--sigma", 1.1, "--batch-size", 256,
+                    "--dataset-size", 50000, "--epochs", 2.5, "--delta", DELTA)
+    assert data["steps"] == 489
+    note = data["notes"][1]
+    assert "488.281 steps, rounded up to 489" in note
+    # an exact quotient is not rounded (fractions are exact: 0.01 is 1/100)
+    exact = cli_json(capsys, "epsilon", "--sigma", 1.1, "--sample-rate", 0.01,
+                     "--epochs", 0.5, "--delta", DELTA)
+    assert exact["steps"] == 50 and exact["notes"] == ["0.5 epochs / sample rate 0.01 = 50 steps"]
+
+
+def test_noise_takes_the_users_terms_too(capsys):
+    data = cli_json(capsys, "noise", "--target-epsilon", 4, "--batch-size", 500,
+                    "--dataset-size", 10000, "--epochs", 1.5, "--delta", DELTA, "--tol", 0.05)
+    assert data["steps"] == 30 and data["sample_rate"] == 0.05 and data["certified"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "json-object"])
+def test_schedule_files(capsys, tmp_path, fmt):
+    rows = [(1.0, 0.05, 40), (0.8, 0.1, 10)]
+    if fmt == "csv":
+        path = tmp_path / "phases.csv"
+        path.write_text("noise_multiplier,sample_rate,steps\n1.0,0.05,40\n0.8,1/10,10\n\n")
+    else:
+        segs = [{"noise_multiplier": s, "sample_rate": q, "steps": t} for s, q, t in rows]
+        path = tmp_path / "phases.json"
+        path.write_text(json.dumps(segs if fmt == "json" else {"segments": segs}))
+    data = cli_json(capsys, "epsilon", "--schedule", path, "--delta", DELTA)
+    assert data["schedule"] == [{"noise_multiplier": s, "sample_rate": q, "steps": t}
+                                for s, q, t in rows]
+    b = bounds(rows)
+    assert (data["eps_lower"], data["eps_upper"]) == (b.lower, b.upper)
+
+
+SCHEDULE_ERRORS = [
+    ("bad.csv", "sigma,q,steps\n1,0.1,3\n", "CSV needs a header"),
+    ("bad.csv", "noise_multiplier,sample_rate,steps\n1,1.5,3\n",
+     "line 2 sample rate must be in [0, 1]"),
+    ("bad.csv", "noise_multiplier,sample_rate,steps\n1,0.1,2.5\n", "line 2 steps must be an integer"),
+    ("bad.json", "[{\"noise_multiplier\": 1, \"steps\": 3}]", "segment 1: needs"),
+    ("bad.json", "[1, 2", "not valid JSON"),
+    ("bad.json", "{\"x\": 1}", "must be a list of segments"),
+    ("empty.csv", "noise_multiplier,sample_rate,steps\n", "no segments"),
+]
+
+
+@pytest.mark.parametrize("name,text,needle", SCHEDULE_ERRORS)
+def test_schedule_file_errors_name_the_file_and_row(capsys, tmp_path, name, text, needle):
+    path = tmp_path / name
+    path.write_text(text)
+    status, out, err = cli(capsys, "epsilon", "--schedule", path, "--delta", DELTA)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and f"--schedule {path}" in err and needle in err, err
+
+
+def test_schedule_file_missing(capsys, tmp_path):
+    status, _out, err = cli(capsys, "epsilon", "--schedule", tmp_path / "nope.csv",
+                            "--delta", DELTA)
+    assert status == 2 and "cannot read" in err and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------------------------
 # delta
 # ------------------------------------------------------------------------------------
 
-def test_delta_bounds_table_and_json():
+def test_delta_bounds_table_and_json(capsys):
     argv = ("delta", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
             "--epsilon", 0.5, 1, 2, 4)
-    data = run_json(*argv)
+    data = cli_json(capsys, *argv)
     res = data["results"]
     assert [r["epsilon"] for r in res] == [0.5, 1.0, 2.0, 4.0]
     for r in res:
@@ -97,15 +193,28 @@ def test_delta_bounds_table_and_json():
     assert uppers == sorted(uppers, reverse=True)
     # consistent with the epsilon command: delta_upper at eps_upper(1e-5) is <= 1e-5 ...
     b = bounds([(1.0, 0.05, 60)])
-    at = run_json("delta", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
+    at = cli_json(capsys, "delta", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
                   "--epsilon", repr(b.upper), repr(b.lower))["results"]
     # (the delta command composes on its own grid, so agreement is up to its precision)
     assert at[0]["delta_upper"] <= DELTA * (1 + 1e-3)
     # ... and delta_lower at eps_lower is about 1e-5 (both certified)
     assert at[1]["delta_lower"] >= DELTA * (1 - 1e-3)
-    text = run(*argv).stdout
+    status, text, _ = cli(capsys, *argv)
     rows = [l.split() for l in text.splitlines() if l.strip()[:1].isdigit()]
     assert [row[0] for row in rows[-4:]] == ["0.5", "1", "2", "4"]
+
+
+def test_delta_beyond_the_engine_is_a_valid_looser_answer(capsys):
+    """A schedule the grid cannot hold: delta_upper = 1 (trivially valid), said plainly."""
+    status, out, err = cli(capsys, "delta", "--sigma", 0.01, "--sample-rate", 0.5,
+                           "--steps", 1000, "--epsilon", 1, "--json")
+    assert status == 0 and "Traceback" not in err and "Warning" not in err
+    data = json.loads(out)
+    r = data["results"][0]
+    assert 0.0 <= r["delta_lower"] <= r["delta_upper"] <= 1.0
+    assert r["delta_upper"] == 1.0
+    assert any("cannot be certified" in n for n in data["notes"])
+    assert not any("factor or fewer buckets" in n for n in data["notes"])
 
 
 # ------------------------------------------------------------------------------------
@@ -114,35 +223,76 @@ def test_delta_bounds_table_and_json():
 
 def test_noise_finds_the_smallest_certified_sigma():
     proc = run("noise", "--target-epsilon", 2.0, "--sample-rate", 0.05, "--steps", 60,
-               "--delta", DELTA, "--tol", "2e-3", "--progress", "always",
-               "--progress-delay", 0, "--json")
+               "--delta", DELTA, "--tol", "2e-3", "--progress", "--progress-delay", 0,
+               "--json")
     data = json.loads(proc.stdout)
     sigma, rejected = data["noise_multiplier"], data["rejected_noise_multiplier"]
+    assert data["certified"] and data["reason"] is None
     assert rejected < sigma <= rejected * (1 + 2e-3)
     acc = PrivacyBucketsAccountant()
     ok = acc.epsilon_after(DELTA, noise_multiplier=sigma, sample_rate=0.05, num_steps=60)
     bad = acc.epsilon_after(DELTA, noise_multiplier=rejected, sample_rate=0.05, num_steps=60)
     assert ok.upper <= 2.0 < bad.upper
     assert data["eps_upper"] == ok.upper and data["eps_lower"] <= data["eps_upper"]
-    assert data["evaluations"] >= 3
-    # the progress bar (shown at once here; by default only after about a second)
-    bar = proc.stderr.splitlines()
-    assert len(bar) >= 3 and all(l.startswith("[") and "%" in l for l in bar)
-    assert bar[-1].startswith("[" + "#" * 24 + "] 100%") and "sigma in [" in bar[-1]
+    assert data["evaluations"] >= 3 and "seconds" not in data     # no timings by default
+    # the progress bar (forced by --progress, shown at once with a zero delay)
+    assert "searching noise multiplier" in proc.stderr
     quiet = run("noise", "--target-epsilon", 2.0, "--sample-rate", 0.05, "--steps", 60,
-                "--delta", DELTA, "--tol", "0.05", "--json")          # auto + not a TTY
+                "--delta", DELTA, "--tol", "0.05", "--json")          # not a TTY: no bar
     assert quiet.stderr == ""
 
 
-def test_noise_text_and_unreachable_target():
-    text = run("noise", "--target-epsilon", 8, "--sample-rate", 0.05, "--epochs", 1,
-               "--delta", DELTA, "--tol", "0.05").stdout
-    assert "smallest noise multiplier for epsilon <= 8" in text
+def test_progress_only_when_asked_or_on_a_terminal(capsys):
+    argv = ("epsilon", "--segment", "1.1,0.01,10", "--segment", "1.2,0.01,10",
+            "--delta", DELTA)
+    status, out, err = cli(capsys, *argv, "--progress", "--progress-delay", 0)
+    assert status == 0 and "computing the bounds ..." in err
+    status, out2, err = cli(capsys, *argv)               # captured stderr: not a terminal
+    assert status == 0 and err == "" and out2 == out
+    status, out, err = cli(capsys, "delta", "--sigma", 1, "--sample-rate", 0.1, "--steps", 5,
+                           "--epsilon", 1, "--json", "--progress", "--progress-delay", 0)
+    assert status == 0 and "composing ..." in err and json.loads(out)["steps"] == 5
+
+
+def test_noise_text_and_unreachable_target(capsys):
+    status, text, err = cli(capsys, "noise", "--target-epsilon", 8, "--sample-rate", 0.05,
+                            "--epochs", 1, "--delta", DELTA, "--tol", "0.05")
+    assert status == 0 and err == ""
+    assert "noise multiplier for epsilon <= 8" in text
     assert "noise_multiplier" in text and "certifies epsilon <=" in text
-    proc = run("noise", "--target-epsilon", 1e-6, "--sample-rate", 1, "--steps", 10,
-               "--delta", DELTA, check=False)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "no noise multiplier" in proc.stderr
+    assert " s)" not in text                       # deterministic: no timing unless asked
+    status, out, err = cli(capsys, "noise", "--target-epsilon", 1e-6, "--sample-rate", 1,
+                           "--steps", 10, "--delta", DELTA)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and "cannot be certified: no noise multiplier" in err
+
+
+def test_noise_tolerance_is_bounded(capsys):
+    status, out, err = cli(capsys, "noise", "--target-epsilon", 2, "--sample-rate", 0.05,
+                           "--steps", 20, "--delta", DELTA, "--tol", "1e-16")
+    assert status == 2 and out == "" and "--tol must be in [1e-06, 0.5]" in err
+    # the finest accepted tolerance terminates, in few evaluations
+    data = cli_json(capsys, "noise", "--target-epsilon", 2, "--sample-rate", 0.05,
+                    "--steps", 20, "--delta", DELTA, "--tol", "1e-6")
+    assert data["certified"] and data["evaluations"] <= 80
+    assert data["noise_multiplier"] <= data["rejected_noise_multiplier"] * (1 + 1e-6)
+
+
+def test_noise_says_when_smaller_noise_cannot_be_certified(capsys):
+    """A target beyond what can be certified: a certified sigma, and why not smaller."""
+    data = cli_json(capsys, "noise", "--target-epsilon", 1000, "--sample-rate", 0.01,
+                    "--steps", 1000, "--delta", DELTA, "--tol", "0.01")
+    assert data["certified"] and data["eps_upper"] <= 1000
+    acc = PrivacyBucketsAccountant()
+    ok = acc.epsilon_after(DELTA, noise_multiplier=data["noise_multiplier"],
+                           sample_rate=0.01, num_steps=1000)
+    assert ok.upper <= 1000
+    if data["reason"] is not None:                 # the engine's ceiling is still there
+        assert "cannot be certified" in data["reason"]
+        status, text, err = cli(capsys, "noise", "--target-epsilon", 1000, "--sample-rate",
+                                0.01, "--steps", 1000, "--delta", DELTA, "--tol", "0.01")
+        assert "not the smallest:" in text and "cannot be certified" in text
+        assert "smallest noise multiplier" not in text
 
 
 # ------------------------------------------------------------------------------------
@@ -163,8 +313,9 @@ def _check_png(path):
     return img
 
 
-def test_curve_writes_png_and_csv(tmp_path):
-    data = run_json("curve", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
+def test_curve_writes_png_and_csv(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = cli_json(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
                     "--out", tmp_path / "c", "--num", 50)
     assert data["png"] == str(tmp_path / "c.png") and data["csv"] == str(tmp_path / "c.csv")
     _check_png(tmp_path / "c.png")
@@ -178,11 +329,73 @@ def test_curve_writes_png_and_csv(tmp_path):
     assert all(a <= b for a, b in zip(lo, up))
     assert all(b >= c for b, c in zip(up, up[1:]))                     # decreasing in eps
     assert up[-1] <= 1e-8 * (1 + 1e-9)       # default range ends where delta_up = 1e-8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "c.png"]   # no temp left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "c.csv").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_curve_png_only_writes_no_csv(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--png", "only.png", "--num", 20)
+    assert status == 0 and err == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["only.png"]
+    assert out.startswith("wrote only.png (20 points")
+
+
+def test_curve_without_files_prints_the_points(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--num", 5)
+    assert status == 0 and err == "" and list(tmp_path.iterdir()) == []
+    rows = [l.split() for l in out.splitlines() if l.strip()[:1].isdigit()]
+    assert len(rows[-5:]) == 5 and rows[-5][0] == "0"
+    data = cli_json(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
+                    "--num", 5)
+    assert len(data["curve"]) == 5 and data["png"] is None and data["csv"] is None
+
+
+def test_curve_num_is_bounded(capsys):
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--num", "1e9")
+    assert status == 2 and out == "" and "--num must be an integer >= 2 and <= 100000" in err
+
+
+@pytest.mark.parametrize("option", ["--png", "--csv"])
+def test_curve_output_in_a_missing_folder_exits_2_and_writes_nothing(capsys, tmp_path,
+                                                                       option):
+    other = "--csv" if option == "--png" else "--png"
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, other, tmp_path / "ok.file",
+                           option, tmp_path / "missing" / "x")
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and option in err and "does not exist" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_curve_png_failure_leaves_no_csv(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from pb_accountant.integrations import _cli_render
+
+    def broken(*args, **kwargs):
+        def write(path):
+            raise OSError(28, "No space left on device")
+        return write
+
+    monkeypatch.setattr(_cli_render, "curve_png_writer", broken)
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--csv", tmp_path / "c.csv",
+                           "--png", tmp_path / "c.png", "--num", 10)
+    assert status == 2 and "--png" in err and "No space left" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_curve_compare_overlays_the_peers(tmp_path):
     pytest.importorskip("opacus")
     pytest.importorskip("dp_accounting")
+    pytest.importorskip("matplotlib")
     proc = run("curve", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60,
                "--png", tmp_path / "cmp.png", "--csv", tmp_path / "cmp.csv", "--num", 40,
                "--compare", "--compare-points", 5, "--title", "test overlay")
@@ -208,10 +421,11 @@ def test_compare_table_and_json():
     pytest.importorskip("opacus")
     pytest.importorskip("dp_accounting")
     argv = ("compare", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60, "--delta", DELTA)
-    data = run_json(*argv)
+    data = run_json(*argv, "--timing")
     res = {r["method"]: r for r in data["results"]}
     assert list(res) == ["pb", "opacus-rdp", "opacus-prv", "pld-pessimistic", "pld-optimistic"]
-    assert all(r["available"] for r in res.values())
+    assert all(r["available"] and r["status"] == "ok" for r in res.values())
+    assert all(r["seconds"] is not None and r["seconds"] >= 0 for r in res.values())
     pb = res["pb"]
     b = bounds([(1.0, 0.05, 60)])
     assert (pb["eps_lower"], pb["eps_upper"]) == (b.lower, b.upper)
@@ -226,61 +440,170 @@ def test_compare_table_and_json():
         assert label in text
     assert "Opacus" not in text
     header = next(l for l in text.splitlines() if l.strip().startswith("method"))
-    assert header.split()[:4] == ["method", "eps_lower", "eps_upper", "seconds"]
+    assert header.split() == ["method", "eps_lower", "eps_upper", "kind"]   # no timings
+
+
+def _rows(out):
+    data = json.loads(out)
+    return data, {r["method"]: r for r in data["results"]}
+
+
+def test_compare_a_failing_peer_keeps_pbs_result(capsys):
+    """An absurd schedule: a peer that runs out of memory (or time) gets a 'failed' row."""
+    pytest.importorskip("dp_accounting")
+    status, out, err = cli(capsys, "compare", "--segment", "1e-6,0.01,100", "--delta", DELTA,
+                           "--peers", "pld-pessimistic", "--peer-timeout", 30,
+                           "--peer-memory", 1, "--json")
+    assert status == 0 and err == ""                   # no traceback, no warnings
+    data, rows = _rows(out)
+    assert rows["pb"]["status"] == "ok" and rows["pb"]["eps_lower"] > 0
+    peer = rows["pld-pessimistic"]
+    assert peer["status"] == "failed" and not peer["available"]
+    assert peer["eps_lower"] is None and peer["eps_upper"] is None
+    assert len(peer["reason"]) <= 120 and peer["reason"]
+    status, text, err = cli(capsys, "compare", "--segment", "1e-6,0.01,100", "--delta", DELTA,
+                            "--peers", "pld-pessimistic", "--peer-timeout", 30,
+                            "--peer-memory", 1)
+    assert status == 0 and "pb-accountant (privacy buckets)" in text
+    assert "failed: " in text
+
+
+def test_compare_peer_timeout(capsys):
+    pytest.importorskip("dp_accounting")
+    status, out, err = cli(capsys, "compare", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--delta", DELTA, "--peers", "pld-pessimistic",
+                           "--peer-timeout", "0.01", "--json")
+    assert status == 0 and err == ""
+    data, rows = _rows(out)
+    b = bounds([(1.0, 0.05, 60)])
+    assert (rows["pb"]["eps_lower"], rows["pb"]["eps_upper"]) == (b.lower, b.upper)
+    assert rows["pld-pessimistic"]["status"] == "failed"
+    assert rows["pld-pessimistic"]["reason"] == "timed out after 0.01 s"
+
+
+def test_peer_runner_reports_a_crash_in_one_short_line():
+    from pb_accountant.integrations import peers
+    r = peers.run_peer_isolated("pld-pessimistic", [(1.0, 0.05, 10)], [DELTA],
+                                pld_interval="not a number")
+    assert r.status in ("failed", "not installed") and r.pairs is None
+    assert "\n" not in r.reason and 0 < len(r.reason) <= 120
 
 
 # ------------------------------------------------------------------------------------
-# errors: one line on stderr, non-zero exit, no traceback
+# errors: one line on stderr, exit 2 for the user's mistakes, 1 for ours
 # ------------------------------------------------------------------------------------
 
 ERRORS = [
     (["epsilon", "--sigma", "1", "--sample-rate", "0.01", "--steps", "10"], "--delta"),
     (["epsilon", "--sigma", "1", "--sample-rate", "1.5", "--steps", "10", "--delta", "1e-5"],
      "--sample-rate must be in (0, 1]"),
+    (["epsilon", "--sigma", "1", "--sample-rate", "1/0", "--steps", "10", "--delta", "1e-5"],
+     "--sample-rate must be a number or a fraction"),
+    (["epsilon", "--sigma", "1", "--sample-rate", "abc", "--steps", "10", "--delta", "1e-5"],
+     "--sample-rate must be a number or a fraction"),
     (["epsilon", "--sigma", "abc", "--sample-rate", "0.1", "--steps", "10", "--delta", "1e-5"],
      "--sigma must be a number"),
+    (["epsilon", "--sigma", "1e-9", "--sample-rate", "0.1", "--steps", "10", "--delta", "1e-5"],
+     "--sigma must be 0 or in [1e-06, 1e+12]"),
     (["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--steps", "10", "--delta", "0"],
      "--delta must be in (0, 1)"),
     (["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--delta", "1e-5"],
      "exactly one of --steps and --epochs"),
+    (["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--epochs", "-2", "--delta", "1e-5"],
+     "--epochs must be in (0, 1e9]"),
+    (["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--steps", "2.5", "--delta", "1e-5"],
+     "--steps must be an integer"),
+    (["epsilon", "--sigma", "1", "--batch-size", "64", "--steps", "3", "--delta", "1e-5"],
+     "--dataset-size is needed too"),
+    (["epsilon", "--sigma", "1", "--batch-size", "640", "--dataset-size", "64", "--steps", "3",
+      "--delta", "1e-5"], "--batch-size (640) must not exceed --dataset-size (64)"),
+    (["epsilon", "--sigma", "1", "--batch-size", "6.5", "--dataset-size", "64", "--steps", "3",
+      "--delta", "1e-5"], "--batch-size must be an integer >= 1"),
+    (["epsilon", "--sigma", "1", "--batch-size", "64", "--dataset-size", "640",
+      "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"], "not both"),
     (["epsilon", "--segment", "1,0.01", "--delta", "1e-5"], "SIGMA,SAMPLE_RATE,STEPS"),
-    (["epsilon", "--segment", "1,0.01,5", "--sigma", "1", "--delta", "1e-5"], "not both"),
+    (["epsilon", "--segment", "1,0.01,5", "--sigma", "1", "--delta", "1e-5"], "use one of"),
+    (["epsilon", "--segment", "1,0.01,5", "--schedule", "x.csv", "--delta", "1e-5"],
+     "use one of"),
     (["delta", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--epsilon", "-1"],
      "--epsilon must be in [0, inf)"),
     (["noise", "--target-epsilon", "0", "--sample-rate", "0.1", "--steps", "3",
       "--delta", "1e-5"], "--target-epsilon"),
+    (["noise", "--target-epsilon", "1", "--sample-rate", "0.1", "--steps", "3",
+      "--delta", "1e-5", "--max-evaluations", "1e6"], "--max-evaluations must be an integer"),
     (["compare", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
       "--peers", "nope"], "unknown peer"),
+    (["compare", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
+      "--peer-timeout", "0"], "--peer-timeout must be in (0, 3600]"),
+    (["compare", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
+      "--pld-interval", "0"], "--pld-interval must be in [1e-06, 1]"),
+    (["curve", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--num", "1"],
+     "--num must be an integer >= 2"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
 ]
 
 
 @pytest.mark.parametrize("argv,needle", ERRORS, ids=[" ".join(a[:1] + [n]) for a, n in ERRORS])
-def test_user_errors_print_one_line(argv, needle):
-    proc = run(*argv, check=False)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
+def test_user_errors_print_one_line(capsys, argv, needle):
+    status, out, err = cli(capsys, *argv)
+    assert status == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("pb-accountant") and "error:" in lines[0]
     assert needle in lines[0]
 
 
-def test_library_value_errors_are_one_line(monkeypatch, capsys):
-    """A ValueError raised inside pb_accountant becomes one line and exit status 2."""
-    from pb_accountant.integrations import cli
+def test_user_error_in_a_real_process_is_one_line():
+    proc = run("epsilon", "--sigma", "1", "--sample-rate", "1.5", "--steps", "10",
+               "--delta", "1e-5", check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("pb-accountant epsilon: error: --sample-rate must be in (0, 1], "
+                           "got 1.5\n")
 
+
+def test_internal_errors_exit_1_in_one_line(monkeypatch, capsys):
+    """An exception inside the library is not the user's fault: exit 1, one short line."""
     def boom(self, delta):
         raise ValueError("something the library\nrejects, on two lines")
 
     monkeypatch.setattr(PrivacyBucketsAccountant, "get_epsilon_bounds", boom)
-    status = cli.main(["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3",
-                       "--delta", "1e-5"])
-    captured = capsys.readouterr()
-    assert status == 2 and captured.out == ""
-    assert captured.err == ("pb-accountant epsilon: error: something the library rejects, "
-                            "on two lines\n")
+    argv = ["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"]
+    status, out, err = cli(capsys, *argv)
+    assert status == 1 and out == ""
+    assert err == ("pb-accountant epsilon: internal error: ValueError: something the library "
+                   "rejects, on two lines (run with --debug for the traceback)\n")
+    status, out, err = cli(capsys, *argv, "--debug")
+    assert status == 1 and "Traceback" in err and "internal error: ValueError" in err
+
+
+def test_no_python_warnings_or_tracebacks_reach_the_user(capsys):
+    """The accountant warns (RuntimeWarning) when it cannot certify: the CLI says it in
+    the user's terms, once, with no warning class, source line or traceback."""
+    status, out, err = cli(capsys, "epsilon", "--sigma", 0.01, "--sample-rate", 0.5,
+                           "--steps", 1000, "--delta", DELTA)
+    assert status == 0
+    assert err == ""
+    assert "inf" in out and "cannot be certified" in out
+    assert "Warning" not in out and "factor or fewer buckets" not in out
+
+
+def test_a_library_warning_becomes_one_plain_line(monkeypatch, capsys):
+    import warnings
+
+    real = PrivacyBucketsAccountant.get_epsilon_bounds
+
+    def chatty(self, delta):
+        warnings.warn("something worth knowing", UserWarning)
+        warnings.warn("something worth knowing", UserWarning)
+        return real(self, delta)
+
+    monkeypatch.setattr(PrivacyBucketsAccountant, "get_epsilon_bounds", chatty)
+    status, out, err = cli(capsys, "epsilon", "--sigma", "1", "--sample-rate", "0.1",
+                           "--steps", "3", "--delta", "1e-5")
+    assert status == 0
+    assert err == "pb-accountant epsilon: warning: something worth knowing\n"
 
 
 def test_help_and_version():
@@ -321,7 +644,7 @@ def test_works_without_torch_opacus_lightning_transformers(tmp_path):
     status = {r["method"]: r for r in compare["results"]}
     assert status["pb"]["available"] and status["pb"]["eps_upper"] > 0
     for name in ("opacus-rdp", "opacus-prv", "pld-pessimistic", "pld-optimistic"):
-        assert not status[name]["available"] and "not installed" in status[name]["kind"]
+        assert not status[name]["available"] and status[name]["status"] == "not installed"
     assert "opacus-rdp: not installed" in proc.stdout
     assert (tmp_path / "nt.png").stat().st_size > 1000
 

@@ -1,0 +1,102 @@
+"""pb_accountant.calibration: bounded searches whose answers are certified."""
+import math
+
+import pytest
+
+from pb_accountant import PrivacyBucketsAccountant
+from pb_accountant import calibration
+from pb_accountant.calibration import (MIN_RELATIVE_TOLERANCE, NoiseCalibration,
+                                       find_noise_multiplier, find_steps)
+
+DELTA = 1e-5
+
+
+def eps_upper(sigma, q, steps, delta=DELTA):
+    return PrivacyBucketsAccountant().epsilon_after(delta, noise_multiplier=sigma,
+                                                     sample_rate=q, num_steps=steps).upper
+
+
+def test_noise_certifies_the_target_and_is_tight_to_tol():
+    res = find_noise_multiplier(2.0, DELTA, 0.05, 60, tol=2e-3)
+    assert isinstance(res, NoiseCalibration) and res.certified and res.reason is None
+    assert res.epsilon_upper == eps_upper(res.noise_multiplier, 0.05, 60) <= 2.0
+    assert res.rejected_noise_multiplier < res.noise_multiplier
+    assert res.noise_multiplier <= res.rejected_noise_multiplier * (1 + 2e-3)
+    assert eps_upper(res.rejected_noise_multiplier, 0.05, 60) > 2.0
+    assert res.rejected_epsilon_upper > 2.0
+    assert 3 <= res.evaluations <= 80
+
+
+def test_noise_result_is_frozen():
+    res = find_noise_multiplier(4.0, DELTA, 0.05, 20, tol=0.05)
+    with pytest.raises(Exception):
+        res.noise_multiplier = 0.0
+
+
+def test_tiny_tolerance_is_floored_and_terminates():
+    res = find_noise_multiplier(2.0, DELTA, 0.05, 20, tol=1e-16)
+    assert res.relative_tolerance == MIN_RELATIVE_TOLERANCE
+    assert res.certified and res.epsilon_upper <= 2.0
+    assert res.evaluations <= 80
+
+
+def test_max_evaluations_bounds_the_search_and_says_so():
+    res = find_noise_multiplier(2.0, DELTA, 0.05, 20, tol=1e-6, max_evaluations=4)
+    assert res.evaluations <= 4
+    assert res.certified and res.epsilon_upper <= 2.0                  # still certified
+    assert res.reason is not None and "stopped after" in res.reason
+
+
+def test_unreachable_target_gives_a_reason_not_a_sigma():
+    res = find_noise_multiplier(1e-6, DELTA, 1.0, 10)
+    assert not res.certified and res.noise_multiplier is None
+    assert math.isinf(res.epsilon_upper)
+    assert "no noise multiplier up to" in res.reason and res.evaluations <= 80
+
+
+def test_any_noise_meets_a_huge_target_when_delta_is_large():
+    res = find_noise_multiplier(50.0, 0.5, 0.001, 1, min_noise_multiplier=0.5)
+    assert res.certified and res.noise_multiplier == 0.5
+    assert res.rejected_noise_multiplier is None and "any noise multiplier" in res.reason
+
+
+def test_robust_to_an_upper_bound_that_is_inf_or_jumps(monkeypatch):
+    """A fake accountant whose bound is inf below 0.7 and not monotone above it: the
+    answer is still a point evaluated and certified, and the search terminates."""
+    def fake(delta, sigma, q, steps, accountant=None):
+        if sigma < 0.7:
+            return math.inf, "beyond the grid"
+        jump = 0.3 if 1.0 < sigma < 1.1 else 0.0          # a non-monotone bump
+        return 2.0 / sigma + jump, None
+
+    monkeypatch.setattr(calibration, "_upper", fake)
+    res = find_noise_multiplier(10.0, DELTA, 0.1, 10, tol=1e-4)
+    assert res.certified and fake(DELTA, res.noise_multiplier, 0, 0)[0] <= 10.0
+    assert "cannot be certified" in res.reason and "beyond the grid" in res.reason
+    res = find_noise_multiplier(1.95, DELTA, 0.1, 10, tol=1e-4)
+    assert res.certified and fake(DELTA, res.noise_multiplier, 0, 0)[0] <= 1.95
+    assert res.evaluations <= 80
+
+
+def test_noise_validates_inputs():
+    with pytest.raises(ValueError, match="target_epsilon"):
+        find_noise_multiplier(0.0, DELTA, 0.1, 10)
+    with pytest.raises(ValueError, match="delta"):
+        find_noise_multiplier(1.0, 1.5, 0.1, 10)
+    with pytest.raises(ValueError, match="sample_rate"):
+        find_noise_multiplier(1.0, DELTA, 0.0, 10)
+    with pytest.raises(ValueError, match="steps"):
+        find_noise_multiplier(1.0, DELTA, 0.1, 0)
+    with pytest.raises(ValueError, match="tol"):
+        find_noise_multiplier(1.0, DELTA, 0.1, 10, tol=float("nan"))
+
+
+def test_find_steps_is_the_largest_certified_count():
+    res = find_steps(2.0, DELTA, 1.0, 0.05)
+    assert res.steps > 0 and res.reason is None
+    assert res.epsilon_upper == eps_upper(1.0, 0.05, res.steps) <= 2.0
+    assert eps_upper(1.0, 0.05, res.steps + 1) > 2.0
+    none = find_steps(1e-3, DELTA, 0.5, 1.0)
+    assert none.steps == 0 and none.epsilon_upper == 0.0
+    capped = find_steps(100.0, DELTA, 5.0, 0.01, max_steps=64)
+    assert capped.steps == 64 and "max_steps" in capped.reason
