@@ -13,11 +13,12 @@ How often the accountant is asked (see docs/training-budget.md, "BudgetGuard"):
 * default (``lookahead=True``): a certified look-ahead.  After a query that certifies
   ``eps_upper(history + m steps) <= max_epsilon - margin`` the next m steps with the
   same noise multiplier and sample rate need no query (epsilon is monotone in the
-  number of steps); m doubles while far from the budget and halves near it, where
-  the guard falls back to the exact one-step query ``epsilon_after(num_steps=1)`` of
-  a per-step guard.  The refusal is always decided by that exact query, so training
-  stops at the same step as with a query before every step, at a cost of
-  O(log(steps)) queries far from the budget.
+  number of steps).  m is predicted from the previous certified bounds (doubling at
+  first, then most of the predicted distance to the budget), so it shrinks near the
+  budget, where the guard falls back to the exact one-step query
+  ``epsilon_after(num_steps=1)`` of a per-step guard.  The refusal is always decided
+  by that exact query, so training stops at the same step as with a query before
+  every step, at a cost of a few dozen queries per run.
 * ``lookahead=False``: the exact one-step query before every step (the reference).
 * ``every_n_steps=n``: one query per n steps.  With ``lookahead=True`` it asks for the
   next n steps together and refuses when they do not all fit: never over the budget,
@@ -149,8 +150,8 @@ class BudgetGuard:
         self._original_step = None
         self._opt_sample_rate: Optional[float] = None
         self._plan: Optional[_Plan] = None
-        self._span = 1                                       # next look-ahead length
-        self._shrunk = False
+        self._span = 0                                       # last look-ahead length
+        self._points: list = []                              # (steps, eps_upper) queried
         self._memo = None
         self._allowed = 0
 
@@ -237,7 +238,7 @@ class BudgetGuard:
             if done is not None and done + k <= plan.covered:
                 return True, None
             if done is None:                          # the schedule or history changed
-                self._shrunk = False
+                self._points, self._span = [], 0
         if self.every_n_steps is not None:            # fixed blocks, never over the budget
             span = max(k, self.every_n_steps)
             bounds = self._query(acc, sigma, q, span)
@@ -247,24 +248,47 @@ class BudgetGuard:
                 return True, None if span > k else bounds
             return False, bounds
         safe = self.max_epsilon * (1.0 - self.lookahead_margin)
-        span = max(k, self._span) if trackable else k
+        position = steps_taken(acc) or 0
+        span = self._next_span(position, k, safe) if trackable else k
         if span > k:
             ahead = self._query(acc, sigma, q, span)
+            self._points.append((position + span, ahead.upper))
             if ahead.upper <= safe:
                 self._plan = _Plan(history, sigma, q, span)
-                if not self._shrunk:
-                    self._span = min(2 * span, MAX_LOOKAHEAD)
+                self._span = span
                 return True, None
-            self._shrunk = True
-            self._span = max(1, span // 2)
         bounds = self._query(acc, sigma, q, k)        # the exact query of a per-step guard
         self.last_check = bounds
+        if trackable:
+            self._points.append((position + k, bounds.upper))
         allowed = bounds.upper <= self.max_epsilon
         if allowed and trackable and bounds.upper <= safe:
             self._plan = _Plan(history, sigma, q, k)
-            if not self._shrunk:
-                self._span = min(2 * max(k, self._span), MAX_LOOKAHEAD)
+            self._span = max(self._span, k)
         return allowed, bounds
+
+    def _next_span(self, position: int, k: int, safe: float) -> int:
+        """Steps the next look-ahead should cover (k: no look-ahead, query exactly).
+
+        Predicted from the last two certified points (steps, eps_upper) on the current
+        schedule with a power law eps ~ steps^a, aiming at 80 % of the distance to
+        ``safe``; doubling while there are fewer than two points.  A prediction only
+        chooses which certified query to make: it never lets a step through by itself.
+        """
+        points = sorted({p for p in self._points if p[1] > 0 and math.isfinite(p[1])})
+        del self._points[:-8]
+        limit = min(MAX_LOOKAHEAD, 16 * max(self._span, 1))
+        if len(points) < 2:
+            return max(k, min(2 * self._span, limit))
+        (p1, e1), (p2, e2) = points[-2], points[-1]
+        if not (e2 > e1 > 0 and p2 > p1 > 0):
+            return max(k, min(2 * self._span, limit))
+        exponent = math.log(e2 / e1) / math.log(p2 / p1)
+        target = p2 * (safe / e2) ** (1.0 / exponent)
+        if not math.isfinite(target):
+            return max(k, min(2 * self._span, limit))
+        span = int(0.8 * (target - position))
+        return max(k, min(span, limit))
 
     def check(self, noise_multiplier: Optional[float] = None,
               sample_rate: Optional[float] = None, num_steps: int = 1) -> bool:
@@ -305,7 +329,7 @@ class BudgetGuard:
         self.refused = None
         self.stop_message = None
         self._plan = None
-        self._shrunk = False
+        self._points, self._span = [], 0
 
     # -- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict:
