@@ -33,8 +33,10 @@ def parse_table(stdout):
     return header, rows
 
 
-def test_train_digits_runs():
-    res = run_example("train_digits.py", "--epochs", "2", "--seed", "0")
+def test_train_digits_runs(tmp_path):
+    budget_csv = tmp_path / "budget.csv"
+    res = run_example("train_digits.py", "--epochs", "2", "--seed", "0",
+                      "--budget-csv", str(budget_csv))
     assert res.returncode == 0, res.stderr
     header, rows = parse_table(res.stdout)
     assert header[:6] == ["epoch", "test_acc", "pb_eps_lower", "pb_eps_upper", "prv_eps",
@@ -53,6 +55,12 @@ def test_train_digits_runs():
     assert rows[-1]["test_acc"] > 0.5            # it learns (chance is 0.1)
     assert "certified:" in res.stdout
     assert "Traceback" not in res.stderr
+    # the budget CSV starts afresh at each run: one header, one row per epoch
+    again = run_example("train_digits.py", "--epochs", "1", "--seed", "0",
+                        "--budget-csv", str(budget_csv))
+    assert again.returncode == 0, again.stderr
+    lines = budget_csv.read_text().splitlines()
+    assert lines[0].startswith("step,") and len(lines) == 2
 
 
 def test_train_digits_rejects_bad_flags():
