@@ -49,6 +49,7 @@ __all__ = ["BudgetGuard", "BudgetExceededError"]
 
 MODES = ("raise", "stop")
 MAX_LOOKAHEAD = 1 << 20          # steps one certified look-ahead may cover at most
+FIRST_LOOKAHEAD = 64             # steps the first look-ahead tries to cover
 
 
 class BudgetExceededError(RuntimeError):
@@ -152,6 +153,7 @@ class BudgetGuard:
         self._plan: Optional[_Plan] = None
         self._span = 0                                       # last look-ahead length
         self._points: list = []                              # (steps, eps_upper) queried
+        self._curve = None                                   # the schedule of _points
         self._memo = None
         self._allowed = 0
 
@@ -248,6 +250,9 @@ class BudgetGuard:
                 return True, None if span > k else bounds
             return False, bounds
         safe = self.max_epsilon * (1.0 - self.lookahead_margin)
+        curve = (id(acc), id(history), sigma, q)
+        if curve != self._curve:                      # points of another schedule: drop
+            self._curve, self._points, self._span = curve, [], 0
         position = steps_taken(acc) or 0
         span = self._next_span(position, k, safe) if trackable else k
         if span > k:
@@ -277,7 +282,9 @@ class BudgetGuard:
         """
         points = sorted({p for p in self._points if p[1] > 0 and math.isfinite(p[1])})
         del self._points[:-8]
-        limit = min(MAX_LOOKAHEAD, 16 * max(self._span, 1))
+        limit = min(MAX_LOOKAHEAD, 64 * max(self._span, FIRST_LOOKAHEAD))
+        if not points:
+            return max(k, FIRST_LOOKAHEAD)
         if len(points) < 2:
             return max(k, min(2 * self._span, limit))
         (p1, e1), (p2, e2) = points[-2], points[-1]

@@ -67,3 +67,23 @@ def test_train_digits_rejects_bad_flags():
     res = run_example("train_digits.py", "--delta", "2", timeout=120)
     assert res.returncode == 2
     assert "--delta" in res.stderr
+
+
+def test_plot_tensorboard_budget_writes_only_where_told(tmp_path):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "plot_tensorboard_budget", REPO / "examples" / "plot_tensorboard_budget.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    default_out = Path(module.parse_args([]).out).resolve()
+    assert default_out.parent == (REPO / "examples" / "output").resolve()   # git-ignored
+    tracked = REPO / "docs" / "img" / "tensorboard_epsilon.png"
+    before = tracked.read_bytes() if tracked.exists() else None
+    out = tmp_path / "tb.png"
+    res = run_example("plot_tensorboard_budget.py", "--epochs", "1", "--out", str(out),
+                      "--logdir", str(tmp_path / "tb"))
+    assert res.returncode == 0, res.stderr
+    assert out.stat().st_size > 0 and "read 29 steps" in res.stdout
+    assert (tracked.read_bytes() if tracked.exists() else None) == before
