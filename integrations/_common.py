@@ -183,7 +183,19 @@ def infer_sample_rate(*, sample_rate: Optional[float] = None, optimizer: Any = N
 
 
 def accumulated_iterations(optimizer: Any) -> int:
-    """Opacus's ``accumulated_iterations`` (1 when it cannot be read yet)."""
+    """Opacus's ``accumulated_iterations`` (1 when it cannot be read yet).
+
+    Read from the first parameter's ``grad_sample`` (a tensor: 1; a list: its length),
+    which is what Opacus's property returns when the parameters agree (Opacus itself
+    raises when they do not); the property is the fallback.
+    """
+    try:
+        params = optimizer.params
+        grad_sample = params[0].grad_sample if params else None
+        if grad_sample is not None:
+            return max(1, len(grad_sample)) if isinstance(grad_sample, list) else 1
+    except Exception:
+        pass
     try:
         return max(1, int(optimizer.accumulated_iterations))
     except Exception:  # no grad_sample yet, not a DPOptimizer, ...
