@@ -4,6 +4,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterable, List, Optional
 
+from pb_accountant._validation import check_count
+
 from ._common import (BudgetStateError, accountant_state, check_delta_arg, check_positive_arg,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       restore_accountant, schedule_in_force, steps_taken)
@@ -160,7 +162,6 @@ class BudgetMonitor:
             return None
         return self._record("end", step, epoch)
 
-
     # -- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Accountant history, tracker counters and guard state (JSON-serialisable)."""
@@ -173,15 +174,20 @@ class BudgetMonitor:
         """Restore :meth:`state_dict`: the accountant first (see ``restore_accountant``)."""
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a privacy-budget callback state ({STATE_FORMAT!r}): {state!r}")
-        self.restored = restore_accountant(self.accountant, state.get("accountant"))
         tracker = state.get("tracker") or {}
-        self.tracker.epoch = int(tracker.get("epoch", self.tracker.epoch))
-        self.tracker.steps_seen = int(tracker.get("steps_seen", self.tracker.steps_seen))
-        self._guard_state = state.get("guard")
-        if self.guard is not None and self._guard_state is not None:
-            self.guard.load_state_dict(self._guard_state)
-        self.stopped = bool(state.get("stopped", False)) and bool(
-            self._guard_state and self._guard_state.get("should_stop"))
+        epoch = check_count("state['tracker']['epoch']", tracker.get("epoch", 0))
+        seen = check_count("state['tracker']['steps_seen']", tracker.get("steps_seen", 0))
+        guard = state.get("guard")
+        if guard is not None and not isinstance(guard, dict):
+            raise ValueError(f"state['guard'] must be a dict or None, got {guard!r}")
+        self.restored = restore_accountant(self.accountant, state.get("accountant"))
+        self.tracker.epoch, self.tracker.steps_seen = epoch, seen
+        self._guard_state = guard
+        if self.guard is not None and guard is not None:
+            self.guard.load_state_dict(guard)
+        same_budget = bool(guard) and (guard.get("max_epsilon") == self.max_epsilon
+                                       and guard.get("delta") == self.delta)
+        self.stopped = bool(state.get("stopped")) and same_budget and bool(guard.get("should_stop"))
         self.stop_reason = state.get("stop_reason") if self.stopped else None
 
     def check_resume(self, global_step: int, where: str) -> None:
