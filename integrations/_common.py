@@ -182,16 +182,19 @@ def infer_sample_rate(*, sample_rate: Optional[float] = None, optimizer: Any = N
     return None
 
 
-def accumulated_iterations(optimizer: Any) -> int:
+def accumulated_iterations(optimizer: Any, first_param: Any = None) -> int:
     """Opacus's ``accumulated_iterations`` (1 when it cannot be read yet).
 
     Read from the first parameter's ``grad_sample`` (a tensor: 1; a list: its length),
     which is what Opacus's property returns when the parameters agree (Opacus itself
-    raises when they do not); the property is the fallback.
+    raises when they do not); the property is the fallback.  ``first_param``: that
+    parameter, when the caller has it at hand.
     """
     try:
-        params = optimizer.params
-        grad_sample = params[0].grad_sample if params else None
+        if first_param is None:
+            params = optimizer.params
+            first_param = params[0] if params else None
+        grad_sample = getattr(first_param, "grad_sample", None)
         if grad_sample is not None:
             return max(1, len(grad_sample)) if isinstance(grad_sample, list) else 1
     except Exception:

@@ -140,7 +140,7 @@ class BudgetGuard:
                                                                   minimum=1)
         margin = check_real("lookahead_margin", lookahead_margin, low=0.0, high=1.0,
                             high_open=True)
-        resolve_accountant(accountant)
+        self._engine_like = resolve_accountant(accountant) is not accountant
         self._source = accountant
         self.max_epsilon = float(max_epsilon)
         self.delta = check_delta_arg(delta)
@@ -319,8 +319,9 @@ class BudgetGuard:
         plan = self._plan
         if (plan is not None and num_steps == 1 and type(noise_multiplier) is float
                 and type(sample_rate) is float):      # fast path: a look-ahead covers it
-            done = plan.steps_since(getattr(self.accountant, "history", None),
-                                    noise_multiplier, sample_rate)
+            source = self._source                    # resolved as in resolve_accountant
+            acc = source.accountant if self._engine_like else source
+            done = plan.steps_since(getattr(acc, "history", None), noise_multiplier, sample_rate)
             if done is not None and done < plan.covered:
                 self._allowed += 1
                 return True
@@ -404,6 +405,7 @@ class BudgetGuard:
                              "data_loader= to attach()")
         check_sample_rate(q, data_loader, stacklevel=3)
         had_own_step = "step" in vars(opt)
+        first_param = next(iter(getattr(opt, "params", None) or []), None)
         original = opt.step
         guard = self
 
@@ -418,7 +420,7 @@ class BudgetGuard:
                 original(*args, **kwargs)   # a skipped (accumulating) step costs no privacy
                 return loss
             allowed = guard.check(noise_multiplier=float(opt.noise_multiplier),
-                                  sample_rate=q * accumulated_iterations(opt))
+                                  sample_rate=q * accumulated_iterations(opt, first_param))
             if not allowed:
                 opt.zero_grad(set_to_none=True)   # discard the refused step's gradients
                 return None
