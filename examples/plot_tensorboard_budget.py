@@ -7,8 +7,11 @@ A :class:`~pb_accountant.integrations.BudgetTracker` writes the certified ``epsi
 pass ``--max-epsilon``.  The event file is then read back with TensorBoard's
 ``EventAccumulator`` and both bounds are plotted against the step::
 
-    python examples/plot_tensorboard_budget.py                       # -> docs/img/tensorboard_epsilon.png
+    python examples/plot_tensorboard_budget.py          # -> examples/output/tensorboard_epsilon.png
     python examples/plot_tensorboard_budget.py --max-epsilon 2 --logdir runs/demo --out budget.png
+
+The figure in docs/training-budget.md is made with
+``--out docs/img/tensorboard_epsilon.png``; by default nothing tracked is written.
 
 ``tensorboard --logdir runs/`` shows the same scalars under ``privacy/``.
 """
@@ -49,7 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--max-epsilon", type=float, default=2.0,
                    help="budget: the guard stops before the certified eps_upper exceeds it")
     p.add_argument("--logdir", default=None, help="TensorBoard log dir (default: a temp dir)")
-    p.add_argument("--out", default=str(ROOT / "docs" / "img" / "tensorboard_epsilon.png"))
+    p.add_argument("--out", default=str(ROOT / "examples" / "output" / "tensorboard_epsilon.png"),
+                   help="the PNG to write (examples/output/ is git-ignored)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 

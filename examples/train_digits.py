@@ -9,9 +9,10 @@ history (replayed into fresh accountants), so the numbers can be compared direct
     python examples/train_digits.py                  # 15 epochs, well under a minute
     python examples/train_digits.py --epochs 5 --sigma 1.5 --max-epsilon 3
 
-A ``BudgetTracker`` appends every epoch's bounds to a CSV file (and to TensorBoard with
-``--tensorboard DIR``), and a ``BudgetGuard`` stops training *before* the step that
-would take the certified upper bound past ``--max-epsilon``.
+A ``BudgetTracker`` writes every epoch's bounds to a CSV file (started afresh at each
+run; default ``examples/output/digits_budget.csv``, a git-ignored folder) and to
+TensorBoard with ``--tensorboard DIR``, and a ``BudgetGuard`` stops training *before*
+the step that would take the certified upper bound past ``--max-epsilon``.
 
 The digits data set (1797 8x8 images) ships with scikit-learn, so nothing is
 downloaded.  Batches are Poisson-sampled (Opacus's default), which is what the
@@ -62,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-epsilon", type=float, default=10.0,
                    help="privacy budget: the guard stops training before exceeding it")
     p.add_argument("--budget-csv", default="examples/output/digits_budget.csv",
-                   help="CSV file the budget tracker appends to")
+                   help="CSV file the budget tracker writes (overwritten at each run)")
     p.add_argument("--tensorboard", default=None,
                    help="also log the bounds to TensorBoard event files in this directory")
     args = p.parse_args(argv)
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     sample_rate = 1 / len(loader)
     criterion = nn.CrossEntropyLoss()
     Path(args.budget_csv).parent.mkdir(parents=True, exist_ok=True)
-    sinks = [CSVSink(args.budget_csv)]
+    sinks = [CSVSink(args.budget_csv, append=False)]
     if args.tensorboard:
         sinks.append(TensorBoardSink(args.tensorboard))
     tracker = BudgetTracker(engine.accountant, args.delta, every_epoch=True, sinks=sinks)

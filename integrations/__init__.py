@@ -19,6 +19,9 @@ _EXPORTS = {
     "CallbackSink": "sinks",
     "BudgetGuard": "guard",
     "BudgetExceededError": "guard",
+    "BudgetStateError": "_common",
+    "SinkError": "tracker",
+    "SinkErrorWarning": "tracker",
     "check_sample_rate": "sampling",
     "SampleRateWarning": "sampling",
 }

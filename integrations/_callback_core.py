@@ -1,10 +1,14 @@
 """Framework-independent core of the Lightning and Hugging Face callbacks."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable, List, Optional
 
-from ._common import (check_delta_arg, check_positive_arg, find_dp_optimizer,
-                      infer_sample_rate, resolve_accountant, schedule_in_force, steps_taken)
+from pb_accountant._validation import check_count
+
+from ._common import (BudgetStateError, accountant_state, check_delta_arg, check_positive_arg,
+                      find_dp_optimizer, infer_sample_rate, resolve_accountant,
+                      restore_accountant, schedule_in_force, steps_taken)
 from .guard import BudgetGuard
 from .sampling import check_sample_rate
 from .sinks import BudgetRecord
@@ -44,6 +48,8 @@ class BudgetMonitor:
         self.stop_reason: Optional[str] = None
         self._last_seen_step = None
         self.last_lookahead = None
+        self.restored: Optional[str] = None      # "loaded"/"matched" after a resume
+        self._guard_state: Optional[dict] = None
 
     @property
     def accountant(self) -> Any:
@@ -71,6 +77,8 @@ class BudgetMonitor:
         if self.max_epsilon is not None:
             self.guard = BudgetGuard(self.source, self.max_epsilon, self.delta, mode="stop",
                                      noise_multiplier=self.noise_multiplier, sample_rate=q)
+            if self._guard_state is not None:
+                self.guard.load_state_dict(self._guard_state)
             if opt is not None and self.guard_optimizer and q is not None:
                 self.guard.attach(opt, sample_rate=q)
 
@@ -96,8 +104,10 @@ class BudgetMonitor:
         sigma, q = self._pending()
         if sigma is None or q is None:
             return False
-        self.last_lookahead = self.guard.epsilon_after(noise_multiplier=sigma, sample_rate=q)
-        return self.last_lookahead.upper > self.max_epsilon
+        if self.guard.allows(noise_multiplier=sigma, sample_rate=q):
+            return False                 # certified by the guard's look-ahead (cheap)
+        self.last_lookahead = self.guard.last_check
+        return True
 
     def account(self, accumulated: int = 1) -> None:
         """Step the accountant (for loops whose optimizer does not account)."""
@@ -109,9 +119,9 @@ class BudgetMonitor:
     def after_step(self, epoch: Optional[int]) -> tuple:
         """(record or None, stop?) after an optimisation step."""
         step = steps_taken(self.accountant)
+        self.tracker.steps_seen += 1
         if step is None:
-            step = self.tracker._counter + 1
-        self.tracker._counter += 1
+            step = self.tracker.steps_seen
         self.tracker.epoch = epoch if epoch is not None else self.tracker.epoch
         record = None
         new_step = step != self._last_seen_step
@@ -142,15 +152,69 @@ class BudgetMonitor:
         if not self.tracker.every_epoch:
             return None
         step = steps_taken(self.accountant)
-        return self._record("epoch", self.tracker._counter if step is None else step, epoch)
+        return self._record("epoch", self.tracker.steps_seen if step is None else step, epoch)
 
     def train_end(self, epoch: Optional[int]) -> Optional[BudgetRecord]:
         step = steps_taken(self.accountant)
-        step = self.tracker._counter if step is None else step
+        step = self.tracker.steps_seen if step is None else step
         last = self.tracker.last
         if last is not None and last.step == step:
             return None
         return self._record("end", step, epoch)
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Accountant history, tracker counters and guard state (JSON-serialisable)."""
+        guard = self.guard.state_dict() if self.guard is not None else self._guard_state
+        return {"format": STATE_FORMAT, "accountant": accountant_state(self.accountant),
+                "tracker": {"epoch": self.tracker.epoch, "steps_seen": self.tracker.steps_seen},
+                "guard": guard, "stopped": self.stopped, "stop_reason": self.stop_reason}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`: the accountant first (see ``restore_accountant``)."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a privacy-budget callback state ({STATE_FORMAT!r}): {state!r}")
+        tracker = state.get("tracker") or {}
+        epoch = check_count("state['tracker']['epoch']", tracker.get("epoch", 0))
+        seen = check_count("state['tracker']['steps_seen']", tracker.get("steps_seen", 0))
+        guard = state.get("guard")
+        if guard is not None and not isinstance(guard, dict):
+            raise ValueError(f"state['guard'] must be a dict or None, got {guard!r}")
+        self.restored = restore_accountant(self.accountant, state.get("accountant"))
+        self.tracker.epoch, self.tracker.steps_seen = epoch, seen
+        self._guard_state = guard
+        if self.guard is not None and guard is not None:
+            self.guard.load_state_dict(guard)
+        same_budget = bool(guard) and (guard.get("max_epsilon") == self.max_epsilon
+                                       and guard.get("delta") == self.delta)
+        self.stopped = bool(state.get("stopped")) and same_budget and bool(guard.get("should_stop"))
+        self.stop_reason = state.get("stop_reason") if self.stopped else None
+
+    def check_resume(self, global_step: int, where: str) -> None:
+        """Refuse to resume at ``global_step`` > 0 with an accountant that has spent nothing.
+
+        Raises :class:`BudgetStateError` when no budget state was restored and the
+        accountant is empty (it would silently start from zero); warns when no state
+        was restored but the accountant holds fewer steps than the framework has taken.
+        """
+        if not global_step or self.restored is not None:
+            return
+        steps = steps_taken(self.accountant)
+        if steps == 0 or (steps is None and not self.tracker.steps_seen):
+            raise BudgetStateError(
+                f"resuming at step {global_step} but the accountant has no history and {where} "
+                "held no privacy-budget state: the privacy already spent would be forgotten. "
+                "Save the callback's state with the checkpoint (docs/training-budget.md, "
+                "'Resuming'), or restore the accountant before training "
+                "(accountant.load_state_dict(...)).")
+        if steps is not None and steps < global_step:
+            warnings.warn(
+                f"resuming at step {global_step} without a privacy-budget state from {where}; "
+                f"the accountant holds only {steps} steps: check that it was restored",
+                RuntimeWarning, stacklevel=3)
+
+
+STATE_FORMAT = "pb_accountant.callback/1"
 
 
 class MonitorView:

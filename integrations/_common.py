@@ -15,7 +15,52 @@ from pb_accountant.results import EpsilonBounds
 
 __all__ = ["resolve_accountant", "steps_taken", "schedule_in_force", "epsilon_bounds",
            "epsilon_after", "find_dp_optimizer", "infer_sample_rate", "json_float",
-           "check_delta_arg", "check_positive_arg"]
+           "check_delta_arg", "check_positive_arg", "accountant_state", "restore_accountant",
+           "BudgetStateError"]
+
+
+class BudgetStateError(RuntimeError):
+    """A resumed run cannot be given the privacy already spent (never starts from zero)."""
+
+
+def accountant_state(accountant: Any) -> Optional[dict]:
+    """The accountant's ``state_dict()`` as plain JSON data (history + mechanism).
+
+    History entries become ``[noise_multiplier, sample_rate, num_steps]`` lists; JSON
+    round-trips these floats exactly, so a restored accountant has the same history and
+    hence bitwise the same bounds.  None for an accountant without ``state_dict``.
+    """
+    getter = getattr(accountant, "state_dict", None)
+    if getter is None:
+        return None
+    state = getter()
+    history = [[float(e[0]), float(e[1]), int(e[2])] for e in state["history"]]
+    return {"history": history, "mechanism": state.get("mechanism")}
+
+
+def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
+    """Give ``accountant`` the saved ``state`` (from :func:`accountant_state`).
+
+    Returns "loaded" (the accountant was empty and now holds the saved history),
+    "matched" (it already holds exactly that history, e.g. Opacus's
+    ``load_checkpoint`` restored it) or "none" (nothing saved).  ValueError if the
+    accountant already holds a different, non-empty history (nothing is changed).
+    """
+    if state is None:
+        return "none"
+    if not isinstance(state, dict) or "history" not in state:
+        raise ValueError(f"saved accountant state must be a dict with 'history', got {state!r}")
+    saved = [tuple(entry) for entry in state["history"]]
+    current = [tuple(entry) for entry in (getattr(accountant, "history", None) or [])]
+    if current == saved:
+        return "matched"
+    if steps_taken(accountant):
+        raise ValueError(
+            f"the accountant already holds {steps_taken(accountant)} steps ({current!r}), which "
+            f"differ from the checkpoint's {sum(int(e[2]) for e in saved)} steps ({saved!r}); "
+            "load the checkpoint into a fresh accountant")
+    accountant.load_state_dict({"history": saved, "mechanism": state.get("mechanism")})
+    return "loaded"
 
 
 def resolve_accountant(source: Any) -> Any:
@@ -137,8 +182,23 @@ def infer_sample_rate(*, sample_rate: Optional[float] = None, optimizer: Any = N
     return None
 
 
-def accumulated_iterations(optimizer: Any) -> int:
-    """Opacus's ``accumulated_iterations`` (1 when it cannot be read yet)."""
+def accumulated_iterations(optimizer: Any, first_param: Any = None) -> int:
+    """Opacus's ``accumulated_iterations`` (1 when it cannot be read yet).
+
+    Read from the first parameter's ``grad_sample`` (a tensor: 1; a list: its length),
+    which is what Opacus's property returns when the parameters agree (Opacus itself
+    raises when they do not); the property is the fallback.  ``first_param``: that
+    parameter, when the caller has it at hand.
+    """
+    try:
+        if first_param is None:
+            params = optimizer.params
+            first_param = params[0] if params else None
+        grad_sample = getattr(first_param, "grad_sample", None)
+        if grad_sample is not None:
+            return max(1, len(grad_sample)) if isinstance(grad_sample, list) else 1
+    except Exception:
+        pass
     try:
         return max(1, int(optimizer.accumulated_iterations))
     except Exception:  # no grad_sample yet, not a DPOptimizer, ...

@@ -1,16 +1,31 @@
 """``BudgetGuard``: stop DP training before the step that would exceed a privacy budget.
 
-Before every step the guard asks the accountant what the certified upper bound would
-be *after* the pending step (``epsilon_after``, no state change).  If that exceeds
-``max_epsilon`` the step is refused:
+Before a step the guard needs to know that the certified upper bound *after* the
+pending step stays within ``max_epsilon``.  If it does not, the step is refused:
 
 * ``mode="raise"``: :class:`BudgetExceededError` is raised before the optimizer
   updates the parameters (and before the accountant records the step);
 * ``mode="stop"``: ``guard.should_stop`` is set; an attached optimizer skips the
   update (gradients are discarded), and a framework loop reads the flag and ends.
 
-Either way every step that was taken, hence every recorded budget, is within the
-target: certified ``eps_upper <= max_epsilon``.
+How often the accountant is asked (see docs/training-budget.md, "BudgetGuard"):
+
+* default (``lookahead=True``): a certified look-ahead.  After a query that certifies
+  ``eps_upper(history + m steps) <= max_epsilon - margin`` the next m steps with the
+  same noise multiplier and sample rate need no query (epsilon is monotone in the
+  number of steps).  m is predicted from the previous certified bounds (64 steps at
+  first, then 80 % of the distance to the budget predicted by a power law through
+  the last two bounds), so it shrinks near the budget, where the guard falls back to the exact one-step query
+  ``epsilon_after(num_steps=1)`` of a per-step guard.  The refusal is always decided
+  by that exact query, so training stops at the same step as with a query before
+  every step, at a cost of a few dozen queries per run.
+* ``lookahead=False``: the exact one-step query before every step (the reference).
+* ``every_n_steps=n``: one query per n steps.  With ``lookahead=True`` it asks for the
+  next n steps together and refuses when they do not all fit: never over the budget,
+  but it may stop up to n - 1 steps early.  With ``lookahead=False`` it asks only for
+  the next step, before steps 1, n + 1, 2n + 1, ... (by the accountant's step count),
+  and lets the steps in between through unchecked: it may take up to n - 1 steps
+  past the budget.
 
     >>> guard = BudgetGuard(engine.accountant, max_epsilon=3.0, delta=1e-5, mode="raise")
     >>> guard.attach(optimizer)                 # Opacus DPOptimizer: checked in step()
@@ -20,8 +35,9 @@ target: certified ``eps_upper <= max_epsilon``.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
+from pb_accountant._validation import check_count, check_real
 from pb_accountant.results import EpsilonBounds
 
 from ._common import (accumulated_iterations, check_delta_arg, epsilon_after,
@@ -32,6 +48,8 @@ from .sampling import check_sample_rate
 __all__ = ["BudgetGuard", "BudgetExceededError"]
 
 MODES = ("raise", "stop")
+MAX_LOOKAHEAD = 1 << 20          # steps one certified look-ahead may cover at most
+FIRST_LOOKAHEAD = 64             # steps the first look-ahead tries to cover
 
 
 class BudgetExceededError(RuntimeError):
@@ -46,6 +64,48 @@ class BudgetExceededError(RuntimeError):
         self.steps = steps
 
 
+class _Plan:
+    """Steps certified within budget: ``covered`` steps at (sigma, q) after ``base``."""
+
+    __slots__ = ("history", "base_len", "base_last", "sigma", "q", "covered")
+
+    def __init__(self, history, sigma, q, covered):
+        self.history = history
+        self.base_len = len(history)
+        self.base_last = tuple(history[-1]) if history else None
+        self.sigma, self.q, self.covered = sigma, q, covered
+
+    def steps_since(self, history, sigma, q) -> Optional[int]:
+        """Steps added since the plan was made, if all of them were at (sigma, q)."""
+        if history is not self.history or sigma != self.sigma or q != self.q:
+            return None
+        n = len(history)
+        if n == self.base_len and n:                  # the usual case: the last entry grew
+            last, base = history[n - 1], self.base_last
+            if last[0] != base[0] or last[1] != base[1]:
+                return None
+            extra = last[2] - base[2]
+            if extra < 0 or (extra and (last[0] != sigma or last[1] != q)):
+                return None
+            return int(extra)
+        if n < self.base_len:
+            return None
+        extra = 0
+        if self.base_len:
+            first = history[self.base_len - 1]
+            if (first[0], first[1]) != self.base_last[:2] or first[2] < self.base_last[2]:
+                return None
+            extra = int(first[2]) - int(self.base_last[2])
+            if extra and (first[0], first[1]) != (sigma, q):
+                return None
+        for i in range(self.base_len, n):
+            entry = history[i]
+            if entry[0] != sigma or entry[1] != q:
+                return None
+            extra += int(entry[2])
+        return extra
+
+
 class BudgetGuard:
     """Refuses any step after which the certified eps_upper at ``delta`` > ``max_epsilon``.
 
@@ -58,31 +118,53 @@ class BudgetGuard:
         noise_multiplier, sample_rate: defaults for :meth:`check` when it is called
             without them (an attached optimizer and the accountant's history are used
             otherwise).
+        every_n_steps: query the accountant once per n steps (None: as needed, see
+            the module docstring for what each combination guarantees).
+        lookahead: certified look-ahead (default); False queries before every step
+            (or, with ``every_n_steps``, checks only the next step every n steps).
+        lookahead_margin: a look-ahead lets steps through without a query only while
+            its certified bound is <= ``max_epsilon * (1 - lookahead_margin)``, so that
+            the numerical slack of the bounds cannot move the stopping step.
     """
 
     def __init__(self, accountant: Any, max_epsilon: float, delta: float, mode: str = "raise",
                  *, noise_multiplier: Optional[float] = None,
-                 sample_rate: Optional[float] = None):
+                 sample_rate: Optional[float] = None, every_n_steps: Optional[int] = None,
+                 lookahead: bool = True, lookahead_margin: float = 1e-3):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES!r}, got {mode!r}")
         if (isinstance(max_epsilon, bool) or not isinstance(max_epsilon, (int, float))
                 or math.isnan(max_epsilon) or max_epsilon < 0):
             raise ValueError(f"max_epsilon must be a number >= 0, got {max_epsilon!r}")
+        every = None if every_n_steps is None else check_count("every_n_steps", every_n_steps,
+                                                                  minimum=1)
+        margin = check_real("lookahead_margin", lookahead_margin, low=0.0, high=1.0,
+                            high_open=True)
+        self._engine_like = resolve_accountant(accountant) is not accountant
         self._source = accountant
-        resolve_accountant(accountant)
         self.max_epsilon = float(max_epsilon)
         self.delta = check_delta_arg(delta)
         self.mode = mode
         self.noise_multiplier = noise_multiplier
         self.sample_rate = sample_rate
+        self.every_n_steps = every
+        self.lookahead = bool(lookahead)
+        self.lookahead_margin = margin
         self.should_stop = False
-        self.last_check: Optional[EpsilonBounds] = None      # bounds of the last pending step
+        self.last_check: Optional[EpsilonBounds] = None      # bounds of the last query
         self.refused: Optional[EpsilonBounds] = None         # bounds of the refused step
         self.refused_steps = 0
         self.stop_message: Optional[str] = None
+        self.queries = 0                                     # accountant queries made
         self._optimizer = None
         self._original_step = None
         self._opt_sample_rate: Optional[float] = None
+        self._plan: Optional[_Plan] = None
+        self._span = 0                                       # last look-ahead length
+        self._points: list = []                              # (steps, eps_upper) queried
+        self._curve = None                                   # the schedule of _points
+        self._memo = None
+        self._allowed = 0
 
     @property
     def accountant(self) -> Any:
@@ -113,8 +195,116 @@ class BudgetGuard:
 
     def would_exceed(self, noise_multiplier: Optional[float] = None,
                      sample_rate: Optional[float] = None, num_steps: int = 1) -> bool:
-        """True if ``num_steps`` more steps would exceed the budget (no side effect)."""
+        """True if ``num_steps`` more steps would exceed the budget (exact query, no side effect)."""
         return self.epsilon_after(noise_multiplier, sample_rate, num_steps).upper > self.max_epsilon
+
+    def allows(self, noise_multiplier: Optional[float] = None,
+               sample_rate: Optional[float] = None, num_steps: int = 1) -> bool:
+        """The decision :meth:`check` would take now, without refusing anything.
+
+        Uses (and extends) the look-ahead, so it is cheap to call before every step;
+        ``last_check`` holds the bounds whenever the accountant had to be queried.
+        """
+        if self.should_stop:
+            return False
+        sigma, q = self._schedule(noise_multiplier, sample_rate)
+        k = check_count("num_steps", num_steps, minimum=1)
+        return self._decide(sigma, q, k)[0]
+
+    def _query(self, accountant, sigma: float, q: float, k: int) -> EpsilonBounds:
+        history = getattr(accountant, "history", None)
+        key = None
+        if isinstance(history, list):
+            key = (id(accountant), len(history), tuple(history[-1]) if history else None,
+                   sigma, q, k, self.delta)
+            memo = self._memo
+            if memo is not None and memo[0] is history and memo[1] == key:
+                return memo[2]
+        self.queries += 1
+        bounds = epsilon_after(accountant, self.delta, sigma, q, k)
+        if key is not None:
+            self._memo = (history, key, bounds)
+        return bounds
+
+    def _decide(self, sigma: float, q: float, k: int) -> Tuple[bool, Optional[EpsilonBounds]]:
+        """(allowed, bounds of the deciding query or None when no query was needed)."""
+        acc = self.accountant
+        history = getattr(acc, "history", None)
+        trackable = isinstance(history, list)
+        if self.every_n_steps is not None and not self.lookahead:
+            position = steps_taken(acc)
+            position = self._allowed if position is None else position
+            if position % self.every_n_steps:
+                return True, None                     # unchecked step (documented overspend)
+            bounds = self._query(acc, sigma, q, k)
+            self.last_check = bounds
+            return bounds.upper <= self.max_epsilon, bounds
+        if not self.lookahead:
+            bounds = self._query(acc, sigma, q, k)
+            self.last_check = bounds
+            return bounds.upper <= self.max_epsilon, bounds
+        plan = self._plan
+        if trackable and plan is not None:
+            done = plan.steps_since(history, sigma, q)
+            if done is not None and done + k <= plan.covered:
+                return True, None
+            if done is None:                          # the schedule or history changed
+                self._points, self._span = [], 0
+        if self.every_n_steps is not None:            # fixed blocks, never over the budget
+            span = max(k, self.every_n_steps)
+            bounds = self._query(acc, sigma, q, span)
+            self.last_check = bounds
+            if bounds.upper <= self.max_epsilon:
+                self._plan = _Plan(history, sigma, q, span) if trackable else None
+                return True, None if span > k else bounds
+            return False, bounds
+        safe = self.max_epsilon * (1.0 - self.lookahead_margin)
+        curve = (id(acc), id(history), sigma, q)
+        if curve != self._curve:                      # points of another schedule: drop
+            self._curve, self._points, self._span = curve, [], 0
+        position = steps_taken(acc) or 0
+        span = self._next_span(position, k, safe) if trackable else k
+        if span > k:
+            ahead = self._query(acc, sigma, q, span)
+            self._points.append((position + span, ahead.upper))
+            if ahead.upper <= safe:
+                self._plan = _Plan(history, sigma, q, span)
+                self._span = span
+                return True, None
+        bounds = self._query(acc, sigma, q, k)        # the exact query of a per-step guard
+        self.last_check = bounds
+        if trackable:
+            self._points.append((position + k, bounds.upper))
+        allowed = bounds.upper <= self.max_epsilon
+        if allowed and trackable and bounds.upper <= safe:
+            self._plan = _Plan(history, sigma, q, k)
+            self._span = max(self._span, k)
+        return allowed, bounds
+
+    def _next_span(self, position: int, k: int, safe: float) -> int:
+        """Steps the next look-ahead should cover (k: no look-ahead, query exactly).
+
+        Predicted from the last two certified points (steps, eps_upper) on the current
+        schedule with a power law eps ~ steps^a, aiming at 80 % of the distance to
+        ``safe``; ``FIRST_LOOKAHEAD`` steps without points, doubling with one.  A prediction only
+        chooses which certified query to make: it never lets a step through by itself.
+        """
+        points = sorted({p for p in self._points if p[1] > 0 and math.isfinite(p[1])})
+        del self._points[:-8]
+        limit = min(MAX_LOOKAHEAD, 64 * max(self._span, FIRST_LOOKAHEAD))
+        if not points:
+            return max(k, FIRST_LOOKAHEAD)
+        if len(points) < 2:
+            return max(k, min(2 * self._span, limit))
+        (p1, e1), (p2, e2) = points[-2], points[-1]
+        if not (e2 > e1 > 0 and p2 > p1 > 0):
+            return max(k, min(2 * self._span, limit))
+        exponent = math.log(e2 / e1) / math.log(p2 / p1)
+        target = p2 * (safe / e2) ** (1.0 / exponent)
+        if not math.isfinite(target):
+            return max(k, min(2 * self._span, limit))
+        span = int(0.8 * (target - position))
+        return max(k, min(span, limit))
 
     def check(self, noise_multiplier: Optional[float] = None,
               sample_rate: Optional[float] = None, num_steps: int = 1) -> bool:
@@ -126,16 +316,30 @@ class BudgetGuard:
         if self.should_stop:
             self.refused_steps += 1
             return False
-        bounds = self.epsilon_after(noise_multiplier, sample_rate, num_steps)
-        self.last_check = bounds
-        if bounds.upper <= self.max_epsilon:
+        plan = self._plan
+        if (plan is not None and num_steps == 1 and type(noise_multiplier) is float
+                and type(sample_rate) is float):      # fast path: a look-ahead covers it
+            source = self._source                    # resolved as in resolve_accountant
+            acc = source.accountant if self._engine_like else source
+            done = plan.steps_since(getattr(acc, "history", None), noise_multiplier, sample_rate)
+            if done is not None and done < plan.covered:
+                self._allowed += 1
+                return True
+        sigma, q = self._schedule(noise_multiplier, sample_rate)
+        k = check_count("num_steps", num_steps, minimum=1)
+        allowed, bounds = self._decide(sigma, q, k)
+        if allowed:
+            self._allowed += k
             return True
         self.refused = bounds
         self.refused_steps += 1
         steps = steps_taken(self.accountant)
+        span = ""
+        if self.every_n_steps is not None and self.lookahead:
+            span = f" (checked {max(k, self.every_n_steps)} steps ahead, every_n_steps)"
         message = (f"privacy budget exceeded: the next step would take the certified epsilon to "
                    f"{bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
-                   + ("" if steps is None else f" after {steps} steps")
+                   + span + ("" if steps is None else f" after {steps} steps")
                    + "; the step was not taken")
         if self.mode == "raise":
             raise BudgetExceededError(message, epsilon=bounds.upper, max_epsilon=self.max_epsilon,
@@ -149,6 +353,32 @@ class BudgetGuard:
         self.should_stop = False
         self.refused = None
         self.stop_message = None
+        self._plan = None
+        self._points, self._span = [], 0
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The guard's counters and stop flag (JSON-serialisable), for checkpoints.
+
+        The accountant is checkpointed on its own (``accountant.state_dict()``, Opacus's
+        ``PrivacyEngine.save_checkpoint`` or a tracker's/callback's state); the
+        look-ahead is not saved: it is recomputed and does not change the stopping step.
+        """
+        return {"should_stop": self.should_stop, "refused_steps": self.refused_steps,
+                "stop_message": self.stop_message, "max_epsilon": self.max_epsilon,
+                "delta": self.delta}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; a stop is kept only for the same budget and delta."""
+        if not isinstance(state, dict) or "should_stop" not in state:
+            raise ValueError(f"state must be a dict from BudgetGuard.state_dict(), got {state!r}")
+        refused = check_count("state['refused_steps']", state.get("refused_steps", 0))
+        same_budget = (state.get("max_epsilon") == self.max_epsilon
+                       and state.get("delta") == self.delta)
+        self.refused_steps = refused
+        self.should_stop = bool(state["should_stop"]) and same_budget
+        self.stop_message = state.get("stop_message") if self.should_stop else None
+        self._plan = None
 
     # -- Opacus ------------------------------------------------------------------------
     def attach(self, optimizer: Any, *, sample_rate: Optional[float] = None,
@@ -175,6 +405,7 @@ class BudgetGuard:
                              "data_loader= to attach()")
         check_sample_rate(q, data_loader, stacklevel=3)
         had_own_step = "step" in vars(opt)
+        first_param = next(iter(getattr(opt, "params", None) or []), None)
         original = opt.step
         guard = self
 
@@ -189,7 +420,7 @@ class BudgetGuard:
                 original(*args, **kwargs)   # a skipped (accumulating) step costs no privacy
                 return loss
             allowed = guard.check(noise_multiplier=float(opt.noise_multiplier),
-                                  sample_rate=q * accumulated_iterations(opt))
+                                  sample_rate=q * accumulated_iterations(opt, first_param))
             if not allowed:
                 opt.zero_grad(set_to_none=True)   # discard the refused step's gradients
                 return None

@@ -20,26 +20,44 @@ The Trainer clears gradients with ``model.zero_grad()`` only, which leaves Opacu
 ``summed_grad`` in place, so the second step fails ("Gradients haven't been cleared
 since the last optimizer step").  With ``clear_dp_gradients=True`` (default) the
 callback calls the DPOptimizer's ``zero_grad`` at the start of every step.
+
+Resuming: at every checkpoint (``on_save``) the callback writes ``STATE_FILE``
+(the accountant's history, the tracker's counters and the guard's state, JSON) into
+``args.output_dir/checkpoint-<global_step>``.  When ``trainer.train(resume_from_checkpoint=...)``
+starts at ``global_step > 0`` it reads that file from the checkpoint folder (or from
+``resume_from=`` given to the callback) and restores the accountant before the first
+step; with neither the file nor a non-empty accountant it raises
+:class:`~pb_accountant.integrations.BudgetStateError` rather than starting from zero.
 """
 from __future__ import annotations
 
+import json
+import os
+import warnings
 from typing import Any, Iterable, Optional
 
 from transformers import TrainerCallback
 
 from ._callback_core import BudgetMonitor, MonitorView
 
-__all__ = ["PrivacyBudgetCallback"]
+__all__ = ["PrivacyBudgetCallback", "STATE_FILE"]
+
+STATE_FILE = "pb_accountant_state.json"
 
 
 class PrivacyBudgetCallback(MonitorView, TrainerCallback):
-    """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded."""
+    """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded.
+
+    ``resume_from``: a checkpoint folder (or a ``STATE_FILE``) to restore the budget
+    from when the Trainer resumes; default: ``args.output_dir/checkpoint-<global_step>``.
+    """
 
     def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
                  log_every_n_steps: Optional[int] = None, log_on_epoch_end: bool = True,
                  sinks: Optional[Iterable[Any]] = None, noise_multiplier: Optional[float] = None,
                  sample_rate: Optional[float] = None, guard_optimizer: bool = True,
-                 account_steps: bool = False, clear_dp_gradients: bool = True):
+                 account_steps: bool = False, clear_dp_gradients: bool = True,
+                 resume_from: Optional[str] = None):
         self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
                                      log_on_epoch_end, sinks, noise_multiplier, sample_rate,
                                      guard_optimizer)
@@ -47,6 +65,49 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
         self.account_steps = account_steps
         self.clear_dp_gradients = clear_dp_gradients
         self._pending_log = None
+        self.resume_from = None if resume_from is None else os.fspath(resume_from)
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The budget state written to every checkpoint folder as ``STATE_FILE``."""
+        return self.monitor.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.monitor.load_state_dict(state)
+
+    def save_state(self, folder: str) -> str:
+        """Write ``STATE_FILE`` into ``folder`` atomically (temporary file, then rename)."""
+        path = os.path.join(os.fspath(folder), STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.state_dict(), fh, allow_nan=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return path
+
+    def load_state(self, path: str) -> None:
+        """Read ``STATE_FILE`` (or a checkpoint folder holding it) and restore it."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, STATE_FILE)
+        with open(path, encoding="utf-8") as fh:
+            self.load_state_dict(json.load(fh))
+
+    def _restore_on_resume(self, args, state) -> None:
+        if not state.global_step or self.monitor.restored is not None:
+            return
+        candidates = []
+        if self.resume_from is not None:
+            candidates.append(self.resume_from)
+        candidates.append(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+        for candidate in candidates:
+            target = (os.path.join(candidate, STATE_FILE) if os.path.isdir(candidate)
+                      else candidate)
+            if os.path.isfile(target):
+                self.load_state(target)
+                return
+        self.monitor.check_resume(state.global_step, f"the checkpoint ({candidates[-1]})")
 
     @staticmethod
     def _epoch(state) -> Optional[int]:
@@ -62,6 +123,7 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
 
     # -- events ------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, optimizer=None, train_dataloader=None, **kw):
+        self._restore_on_resume(args, state)
         if self._explicit_every is None and getattr(args, "logging_steps", None):
             steps = args.logging_steps
             if isinstance(steps, float) and steps < 1:      # a ratio of the total steps
@@ -94,6 +156,17 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
             logs.setdefault("epsilon_lower", self._pending_log["epsilon_lower"])
             logs.setdefault("epsilon_upper", self._pending_log["epsilon_upper"])
             self._pending_log = None
+        return control
+
+    def on_save(self, args, state, control, **kw):
+        if not state.is_world_process_zero:
+            return control
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if os.path.isdir(folder):
+            self.save_state(folder)
+        else:
+            warnings.warn(f"checkpoint folder {folder!r} not found: the privacy-budget state "
+                          "was not saved with this checkpoint", RuntimeWarning, stacklevel=2)
         return control
 
     def on_epoch_end(self, args, state, control, **kw):

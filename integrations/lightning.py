@@ -3,15 +3,25 @@
     >>> trainer = pl.Trainer(callbacks=[PrivacyBudgetCallback(model.privacy_engine,
     ...                                                       delta=1e-5, max_epsilon=3.0)])
 
-Logs ``epsilon_lower`` and ``epsilon_upper`` with ``pl_module.log`` every
-``log_every_n_steps`` optimisation steps and at each epoch end, and sets
+Writes ``epsilon_lower`` and ``epsilon_upper`` to the trainer's loggers every
+``log_every_n_steps`` optimisation steps and at each epoch end, at the record's step
+(the accountant's step count, the same step as a ``TensorBoardSink``; also
+``pl_module.log`` for the progress bar and ``callback_metrics``), and sets
 ``trainer.should_stop`` when one more step would take the certified upper bound past
 ``max_epsilon`` (look-ahead with the accountant's ``epsilon_after``).  When the
 trainer's optimizer is an Opacus ``DPOptimizer`` a :class:`~pb_accountant.integrations.guard.BudgetGuard`
 in mode "stop" is also attached to it, so no step past the budget can be taken.
+
+The accountant's history, the tracker's counters and the guard's state are part of
+the callback's ``state_dict()``, which Lightning stores in every checkpoint: a run
+resumed with ``trainer.fit(..., ckpt_path=...)`` continues from the privacy already
+spent.  Resuming at ``global_step > 0`` with an empty accountant and no such state
+raises :class:`~pb_accountant.integrations.BudgetStateError`.
 """
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any, Iterable, Optional
 
 try:
@@ -55,15 +65,40 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
         self.account_steps = account_steps
         self._last_global_step = None
 
-    def _log(self, pl_module, record, on_step: bool) -> None:
+    def _log(self, trainer, pl_module, record, on_step: bool) -> None:
+        """The record's values, at the record's step, straight to the loggers.
+
+        ``pl_module.log`` would hand them to the loggers only at Lightning's own logging
+        interval and one step lower; it is used for ``callback_metrics`` and the
+        progress bar only.
+        """
         if record is None:
             return
-        for name, value in (("epsilon_lower", record.eps_lower), ("epsilon_upper", record.eps_upper)):
-            pl_module.log(name, float(value), on_step=on_step, on_epoch=not on_step,
-                          prog_bar=self.prog_bar, logger=True)
+        values = {"epsilon_lower": float(record.eps_lower),
+                  "epsilon_upper": float(record.eps_upper)}
+        for name, value in values.items():
+            pl_module.log(name, value, on_step=on_step, on_epoch=not on_step,
+                          prog_bar=self.prog_bar, logger=False)
+        finite = {k: v for k, v in values.items() if math.isfinite(v)}
+        for logger in trainer.loggers:
+            try:
+                logger.log_metrics(finite, step=record.step)
+            except Exception as exc:                 # logging never stops training
+                warnings.warn(f"{type(logger).__name__}.log_metrics failed: {exc!r}",
+                              RuntimeWarning, stacklevel=2)
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Stored by Lightning in every checkpoint (accountant history included)."""
+        return self.monitor.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Called by Lightning when resuming: restores the accountant first."""
+        self.monitor.load_state_dict(state_dict)
 
     # -- hooks -------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
+        self.monitor.check_resume(trainer.global_step, "the Lightning checkpoint")
         self.monitor.setup(list(trainer.optimizers), data_loader=trainer.train_dataloader)
         self._last_global_step = trainer.global_step
         if self.monitor.next_step_exceeds():
@@ -78,13 +113,13 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
         if self.account_steps:
             self.monitor.account()
         record, stop = self.monitor.after_step(trainer.current_epoch)
-        self._log(pl_module, record, on_step=True)
+        self._log(trainer, pl_module, record, on_step=True)
         if stop:
             trainer.should_stop = True
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         record = self.monitor.epoch_end(trainer.current_epoch)
-        self._log(pl_module, record, on_step=False)
+        self._log(trainer, pl_module, record, on_step=False)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.monitor.train_end(trainer.current_epoch)

@@ -1,13 +1,17 @@
 """Where budget records go: Python logging, CSV, JSON lines, TensorBoard.
 
 A sink is anything with ``write(record)`` (and optionally ``close()``); a plain
-callable ``fn(record)`` is accepted too.  The file sinks append and flush after every
-record, so a crash loses nothing that was written (pass ``fsync=True`` to also survive
-an operating-system crash).  The library never configures logging handlers.
+callable ``fn(record)`` is accepted too.  The file sinks write each record as one
+whole line with a single unbuffered write, so a crash loses nothing that was written
+and never leaves a cut line (pass ``fsync=True`` to also survive an operating-system
+crash).  A sink that raises is reported and disabled by the
+:class:`~pb_accountant.integrations.BudgetTracker`; it never stops training.  The
+library never configures logging handlers.
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -111,17 +115,54 @@ def _short(x) -> str:
 
 
 class _FileSink(Sink):
-    def __init__(self, path, fsync: bool = False):
+    """One record = one line, written with a single ``os.write`` of the whole line.
+
+    The file is opened unbuffered in append mode; each record is encoded first and
+    written in full (a short write is continued), then flushed to the operating
+    system (``fsync=True`` also forces it to disk).  If a write fails midway the file
+    is truncated back to the end of the last complete line, so the file never ends in
+    a cut line, and the ``OSError`` is raised to the caller (a
+    :class:`~pb_accountant.integrations.BudgetTracker` reports it and disables the
+    sink; training goes on).
+    """
+
+    def __init__(self, path, fsync: bool = False, append: bool = True):
         self.path = os.fspath(path)
-        self.fsync = fsync
+        self.fsync = bool(fsync)
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8", newline="")
+        self._fh = open(self.path, "ab" if append else "wb", buffering=0)
 
-    def _flush(self) -> None:
-        self._fh.flush()
-        if self.fsync:
-            os.fsync(self._fh.fileno())
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
+
+    def _size(self) -> int:
+        try:
+            return os.fstat(self._fh.fileno()).st_size
+        except OSError:
+            return 0
+
+    def _write_line(self, text: str) -> None:
+        data = text.encode("utf-8")
+        fd = self._fh.fileno()
+        start = self._size()
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if not written:                     # pragma: no cover - defensive
+                    raise OSError(f"write to {self.path!r} made no progress")
+                view = view[written:]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            try:                                    # never leave a cut line behind
+                if self._size() > start:
+                    os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -129,28 +170,33 @@ class _FileSink(Sink):
 
 
 class CSVSink(_FileSink):
-    """Appends one CSV row per record (header written once, when the file is new/empty)."""
+    """One CSV row per record; the header is written with the first row of an empty file.
 
-    def __init__(self, path, fsync: bool = False):
-        super().__init__(path, fsync)
-        self._writer = csv.DictWriter(self._fh, fieldnames=FIELDS)
-        if self._fh.tell() == 0:
-            self._writer.writeheader()
-            self._flush()
+    ``append=False`` starts the file afresh (truncates it) instead of appending.
+    """
+
+    def __init__(self, path, fsync: bool = False, append: bool = True):
+        super().__init__(path, fsync, append)
 
     def write(self, record: BudgetRecord) -> None:
         row = {k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
                for k, v in record.as_dict().items()}
-        self._writer.writerow(row)
-        self._flush()
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
+        if self._size() == 0:
+            writer.writeheader()
+        writer.writerow(row)
+        self._write_line(buffer.getvalue())         # header (if new) and row: one write
 
 
 class JSONLinesSink(_FileSink):
-    """Appends one JSON object per line; non-finite floats are written as "inf"/"nan"."""
+    """One JSON object per line; non-finite floats are written as "inf"/"nan".
+
+    ``append=False`` starts the file afresh (truncates it) instead of appending.
+    """
 
     def write(self, record: BudgetRecord) -> None:
-        self._fh.write(json.dumps(record.as_json_dict(), allow_nan=False) + "\n")
-        self._flush()
+        self._write_line(json.dumps(record.as_json_dict(), allow_nan=False) + "\n")
 
 
 class TensorBoardSink(Sink):

@@ -11,21 +11,46 @@
 Without Opacus call ``tracker.on_step()`` after each step (having stepped the
 accountant).  Each record holds step, epoch, delta, both certified epsilon bounds and
 the noise multiplier and sample rate in force.
+
+A sink that raises (a full disk, a closed file, a broken callable) never stops
+training: the error is kept in ``tracker.sink_errors``, a :class:`SinkErrorWarning` is
+issued, that sink is disabled (moved to ``tracker.disabled_sinks``, not retried) and
+the other sinks still get every record.  ``state_dict()``/``load_state_dict()`` carry
+the tracker's counters and the accountant's history through a checkpoint
+(docs/training-budget.md, "Resuming").
 """
 from __future__ import annotations
 
 import time
+import warnings
+from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional
 
-from ._common import (accumulated_iterations, check_delta_arg, check_positive_arg,
-                      epsilon_bounds, find_dp_optimizer, infer_sample_rate,
-                      resolve_accountant, schedule_in_force, steps_taken)
+from pb_accountant._validation import check_count
+
+from ._common import (accountant_state, accumulated_iterations, check_delta_arg,
+                      check_positive_arg, epsilon_bounds, find_dp_optimizer,
+                      infer_sample_rate, resolve_accountant, restore_accountant,
+                      schedule_in_force, steps_taken)
 from .sampling import check_sample_rate
 from .sinks import (BudgetRecord, CSVSink, JSONLinesSink, LoggingSink, Sink,
                     TensorBoardSink, as_sink)
 
 __all__ = ["BudgetTracker", "BudgetRecord", "LoggingSink", "CSVSink", "JSONLinesSink",
-           "TensorBoardSink"]
+           "TensorBoardSink", "SinkError", "SinkErrorWarning"]
+
+
+class SinkErrorWarning(RuntimeWarning):
+    """A sink failed to write a budget record; it was disabled, training goes on."""
+
+
+@dataclass(frozen=True)
+class SinkError:
+    """One failure: the sink (None: computing the record failed), the exception, the step."""
+
+    sink: Any
+    error: BaseException
+    step: Optional[int]
 
 
 class BudgetTracker:
@@ -51,9 +76,11 @@ class BudgetTracker:
         self.sinks: List[Sink] = [as_sink(s) for s in (sinks if sinks is not None
                                                         else [LoggingSink()])]
         self.records: List[BudgetRecord] = []
+        self.sink_errors: List[SinkError] = []
+        self.disabled_sinks: List[Sink] = []
         self.step = 0
         self.epoch = 0
-        self._counter = 0
+        self.steps_seen = 0            # on_step calls (the step count without a history)
         self._optimizer = None
         self._previous_hook = None
         self._sample_rate: Optional[float] = None
@@ -70,7 +97,7 @@ class BudgetTracker:
 
     def _steps(self) -> int:
         n = steps_taken(self.accountant)
-        return self._counter if n is None else n
+        return self.steps_seen if n is None else n
 
     def _schedule(self):
         sigma, q = schedule_in_force(self.accountant)
@@ -92,9 +119,32 @@ class BudgetTracker:
                            noise_multiplier=sigma, sample_rate=q, event=event,
                            time=time.time())
         self.records.append(rec)
-        for sink in self.sinks:
-            sink.write(rec)
+        for sink in list(self.sinks):
+            try:
+                sink.write(rec)
+            except Exception as exc:          # a sink never stops training
+                self._sink_failed(sink, exc, rec.step)
         return rec
+
+    def _sink_failed(self, sink: Any, exc: BaseException, step: Optional[int]) -> None:
+        self.sink_errors.append(SinkError(sink, exc, step))
+        name = "recording" if sink is None else type(sink).__name__
+        where = getattr(sink, "path", None)
+        if sink is not None and sink in self.sinks:
+            self.sinks.remove(sink)
+            self.disabled_sinks.append(sink)
+            try:
+                close = getattr(sink, "close", None)
+                if close is not None:
+                    close()
+            except Exception:
+                pass
+            action = "the sink is disabled; training goes on"
+        else:
+            action = "training goes on"
+        warnings.warn(f"budget {name}{'' if where is None else f' ({where!r})'} failed at step "
+                      f"{step}: {exc!r}; {action} (see tracker.sink_errors)",
+                      SinkErrorWarning, stacklevel=3)
 
     def on_step(self, step: Optional[int] = None) -> Optional[BudgetRecord]:
         """Call after every optimisation step; records when ``every_n_steps`` divides it.
@@ -102,7 +152,7 @@ class BudgetTracker:
         ``step`` defaults to the number of steps in the accountant's history (or an
         internal counter for accountants without one).
         """
-        self._counter += 1
+        self.steps_seen += 1
         self.step = self._steps() if step is None else int(step)
         if self.every_n_steps and self.step > 0 and self.step % self.every_n_steps == 0:
             if self.last is not None and self.last.step == self.step:
@@ -161,7 +211,10 @@ class BudgetTracker:
             if self._account:
                 self.accountant.step(noise_multiplier=optim.noise_multiplier,
                                      sample_rate=q * accumulated_iterations(optim))
-            self.on_step()
+            try:              # the step is accounted: nothing here may stop its update
+                self.on_step()
+            except Exception as exc:
+                self._sink_failed(None, exc, self.step)
 
         hook._pb_wrapped = previous
         hook._pb_sample_rate = q
@@ -176,14 +229,42 @@ class BudgetTracker:
                 self._optimizer.attach_step_hook(self._previous_hook)
             self._optimizer = self._previous_hook = None
 
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Counters and the accountant's history (JSON-serialisable), for checkpoints.
+
+        Store it beside the model, e.g. in the ``checkpoint_dict`` of Opacus's
+        ``PrivacyEngine.save_checkpoint`` (docs/training-budget.md, "Resuming").
+        """
+        return {"step": self.step, "epoch": self.epoch, "steps_seen": self.steps_seen,
+                "accountant": accountant_state(self.accountant)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`.
+
+        An empty accountant is given the saved history; one that already holds it
+        (Opacus's ``load_checkpoint`` restored it) is left alone; one holding a
+        different history is an error (ValueError, nothing changed).
+        """
+        if not isinstance(state, dict) or "accountant" not in state:
+            raise ValueError(f"state must be a dict from BudgetTracker.state_dict(), got {state!r}")
+        step = check_count("state['step']", state.get("step", 0))
+        epoch = check_count("state['epoch']", state.get("epoch", 0))
+        seen = check_count("state['steps_seen']", state.get("steps_seen", 0))
+        restore_accountant(self.accountant, state["accountant"])
+        self.step, self.epoch, self.steps_seen = step, epoch, seen
+
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Detach and close every sink."""
         self.detach()
-        for sink in self.sinks:
+        for sink in list(self.sinks):
             close = getattr(sink, "close", None)
             if close is not None:
-                close()
+                try:
+                    close()
+                except Exception as exc:
+                    self._sink_failed(sink, exc, self.step)
 
     def __enter__(self) -> "BudgetTracker":
         return self

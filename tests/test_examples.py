@@ -33,8 +33,10 @@ def parse_table(stdout):
     return header, rows
 
 
-def test_train_digits_runs():
-    res = run_example("train_digits.py", "--epochs", "2", "--seed", "0")
+def test_train_digits_runs(tmp_path):
+    budget_csv = tmp_path / "budget.csv"
+    res = run_example("train_digits.py", "--epochs", "2", "--seed", "0",
+                      "--budget-csv", str(budget_csv))
     assert res.returncode == 0, res.stderr
     header, rows = parse_table(res.stdout)
     assert header[:6] == ["epoch", "test_acc", "pb_eps_lower", "pb_eps_upper", "prv_eps",
@@ -53,9 +55,35 @@ def test_train_digits_runs():
     assert rows[-1]["test_acc"] > 0.5            # it learns (chance is 0.1)
     assert "certified:" in res.stdout
     assert "Traceback" not in res.stderr
+    # the budget CSV starts afresh at each run: one header, one row per epoch
+    again = run_example("train_digits.py", "--epochs", "1", "--seed", "0",
+                        "--budget-csv", str(budget_csv))
+    assert again.returncode == 0, again.stderr
+    lines = budget_csv.read_text().splitlines()
+    assert lines[0].startswith("step,") and len(lines) == 2
 
 
 def test_train_digits_rejects_bad_flags():
     res = run_example("train_digits.py", "--delta", "2", timeout=120)
     assert res.returncode == 2
     assert "--delta" in res.stderr
+
+
+def test_plot_tensorboard_budget_writes_only_where_told(tmp_path):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "plot_tensorboard_budget", REPO / "examples" / "plot_tensorboard_budget.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    default_out = Path(module.parse_args([]).out).resolve()
+    assert default_out.parent == (REPO / "examples" / "output").resolve()   # git-ignored
+    tracked = REPO / "docs" / "img" / "tensorboard_epsilon.png"
+    before = tracked.read_bytes() if tracked.exists() else None
+    out = tmp_path / "tb.png"
+    res = run_example("plot_tensorboard_budget.py", "--epochs", "1", "--out", str(out),
+                      "--logdir", str(tmp_path / "tb"))
+    assert res.returncode == 0, res.stderr
+    assert out.stat().st_size > 0 and "read 29 steps" in res.stdout
+    assert (tracked.read_bytes() if tracked.exists() else None) == before

@@ -223,3 +223,119 @@ def test_validation_errors():
     with pytest.raises(TypeError, match="DPOptimizer"):
         guard.attach(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
     assert issubclass(BudgetExceededError, RuntimeError)
+
+
+# ------------------------------------------------------------------------------------
+# the look-ahead: exactly the per-step guard's stopping step, far fewer queries
+# ------------------------------------------------------------------------------------
+
+def run_manual(accountant, guard, schedule, limit=5000):
+    """Steps taken under ``guard``; ``schedule(i)`` gives (sigma, q) of step i (0-based)."""
+    taken = 0
+    while True:
+        sigma, q = schedule(taken)
+        if not guard.check(noise_multiplier=sigma, sample_rate=q):
+            return taken
+        accountant.step(noise_multiplier=sigma, sample_rate=q)
+        taken += 1
+        assert taken < limit, "the guard did not stop"
+
+
+def random_settings(seed, count):
+    import random
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        sigma, q = rng.uniform(0.9, 2.5), rng.uniform(0.01, 0.1)
+        k = rng.randint(15, 300)
+        lo = fresh_bounds([(sigma, q, k)], DELTA).upper
+        hi = fresh_bounds([(sigma, q, k + 1)], DELTA).upper
+        budget = lo + rng.random() * (hi - lo)          # anywhere in [eps(k), eps(k + 1))
+        switch = rng.randint(3, k) if i % 2 else None   # every other setting changes sigma
+        out.append((sigma, q, budget, switch))
+    return out
+
+
+@pytest.mark.parametrize("setting", random_settings(2024, 6))
+def test_lookahead_stops_at_the_same_step_as_the_per_step_guard(setting):
+    sigma, q, budget, switch = setting
+
+    def schedule(i):
+        return (sigma * 1.1 if switch is not None and i >= switch else sigma), q
+
+    ref_acc, acc = PrivacyBucketsAccountant(), PrivacyBucketsAccountant()
+    reference = BudgetGuard(ref_acc, budget, DELTA, mode="stop", lookahead=False)
+    guard = BudgetGuard(acc, budget, DELTA, mode="stop")
+    steps_ref = run_manual(ref_acc, reference, schedule)
+    steps = run_manual(acc, guard, schedule)
+    assert steps == steps_ref > 0
+    assert acc.history == ref_acc.history
+    assert guard.refused.upper == reference.refused.upper > budget   # the same exact query
+    assert acc.get_epsilon(DELTA) <= budget
+    assert reference.queries == steps_ref + 1
+    if steps_ref >= 100:
+        assert guard.queries < steps_ref / 3
+
+
+def test_lookahead_with_an_rdp_accountant_matches_the_per_step_guard():
+    k = 40
+    max_eps = budget_between("rdp", k)
+    ref_acc, acc = RDPAccountant(), RDPAccountant()
+    schedule = lambda i: (SIGMA, Q)                     # noqa: E731
+    steps_ref = run_manual(ref_acc, BudgetGuard(ref_acc, max_eps, DELTA, "stop",
+                                                lookahead=False), schedule)
+    guard = BudgetGuard(acc, max_eps, DELTA, "stop")
+    assert run_manual(acc, guard, schedule) == steps_ref == k
+    assert guard.queries < k / 2
+
+
+def test_a_history_changed_behind_the_guards_back_is_rechecked():
+    acc = PrivacyBucketsAccountant()
+    max_eps = budget_between("pb", 30)
+    guard = BudgetGuard(acc, max_eps, DELTA, mode="stop")
+    for _ in range(5):
+        assert guard.check(noise_multiplier=SIGMA, sample_rate=Q)
+        acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+    # someone else spends 20 steps at another rate, then a checkpoint replaces the history
+    for _ in range(20):
+        acc.step(noise_multiplier=SIGMA, sample_rate=2 * Q)
+    acc.load_state_dict({"history": [(SIGMA, Q, 30)], "mechanism": "pb"})
+    assert not guard.check(noise_multiplier=SIGMA, sample_rate=Q)   # 31 steps would exceed
+
+
+@pytest.mark.parametrize("n", [1, 4, 7])
+def test_every_n_steps_without_lookahead_may_overspend_up_to_n_minus_1(n):
+    k = 10
+    max_eps = budget_between("pb", k)
+    acc = PrivacyBucketsAccountant()
+    guard = BudgetGuard(acc, max_eps, DELTA, mode="stop", every_n_steps=n, lookahead=False)
+    taken = run_manual(acc, guard, lambda i: (SIGMA, Q))
+    assert taken == -(-k // n) * n                      # the first check point at or after k
+    assert 0 <= taken - k <= n - 1
+    assert guard.queries == taken // n + 1              # one query per check point
+
+
+@pytest.mark.parametrize("n", [1, 4, 7])
+def test_every_n_steps_with_lookahead_never_overspends_and_stops_at_most_n_minus_1_early(n):
+    k = 10
+    max_eps = budget_between("pb", k)
+    acc = PrivacyBucketsAccountant()
+    guard = BudgetGuard(acc, max_eps, DELTA, mode="stop", every_n_steps=n)
+    taken = run_manual(acc, guard, lambda i: (SIGMA, Q))
+    assert taken == (k // n) * n                        # whole blocks that fit
+    assert 0 <= k - taken <= n - 1
+    assert acc.get_epsilon(DELTA) <= max_eps
+    assert guard.queries == taken // n + 1
+    assert "every_n_steps" in guard.stop_message
+
+
+def test_allows_has_no_side_effect_on_the_stop_flag():
+    acc = PrivacyBucketsAccountant()
+    guard = BudgetGuard(acc, 0.01, DELTA, mode="raise")
+    assert guard.allows(noise_multiplier=SIGMA, sample_rate=Q) is False
+    assert not guard.should_stop and guard.refused_steps == 0
+    assert guard.last_check.upper > 0.01
+    with pytest.raises(ValueError, match="every_n_steps"):
+        BudgetGuard(acc, 1.0, DELTA, every_n_steps=0)
+    with pytest.raises(ValueError, match="lookahead_margin"):
+        BudgetGuard(acc, 1.0, DELTA, lookahead_margin=1.5)

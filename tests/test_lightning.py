@@ -181,3 +181,41 @@ def test_callback_with_an_rdp_accountant(tmp_path):
     assert callback.stopped and steps_of(acc) == 10
     assert acc.get_epsilon(DELTA) <= max_eps
     assert all(r.eps_lower == 0.0 and r.eps_upper <= max_eps for r in callback.records)
+
+
+def test_logger_gets_fresh_values_at_the_tensorboard_sinks_steps(tmp_path):
+    """Lightning's logger shows each record's value at the record's step (no stale values).
+
+    Lightning's own logging interval (50 steps here, the default) must not delay or
+    shift the values: they are the ones the TensorBoardSink writes, at the same steps.
+    """
+    pytest.importorskip("tensorboard")
+    from pytorch_lightning.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from pb_accountant.integrations import TensorBoardSink
+
+    model = TinyDPModel()
+    sink = TensorBoardSink(tmp_path / "sink")
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, log_every_n_steps=3,
+                                     sinks=[sink])
+    logger = TensorBoardLogger(str(tmp_path), name="pl")
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, callbacks=[callback],
+                         logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(model, datamodule=DPLightningDataModule(TinyData()))
+    sink.close()
+    logger.finalize("success")
+
+    def scalars(path, tag):
+        events = EventAccumulator(str(path))
+        events.Reload()
+        return {e.step: e.value for e in events.Scalars(tag)}
+
+    from_sink = scalars(tmp_path / "sink", "privacy/epsilon_upper")
+    from_logger = scalars(logger.log_dir, "epsilon_upper")
+    assert sorted(from_sink) == [3, 6, 8, 9, 12, 15, 16]      # every 3 steps + epoch ends
+    assert from_logger == from_sink                           # same steps, same values
+    for record in callback.records:
+        assert from_logger[record.step] == pytest.approx(record.eps_upper, rel=1e-6)
+    assert scalars(logger.log_dir, "epsilon_lower")[15] == pytest.approx(
+        fresh_bounds([(SIGMA, Q, 15)], DELTA).lower, rel=1e-6)

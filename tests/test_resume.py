@@ -1,0 +1,283 @@
+"""The privacy budget survives every resume: Opacus checkpoints, Lightning, HF Trainer.
+
+Each test trains a tiny model until a budget guard stops it, once without
+interruption and once "killed" after a few steps (a checkpoint, then brand-new model,
+engine, accountant, callback and trainer objects that resume from it).  The resumed
+run must end with the same accountant history, bitwise the same bounds, and the guard
+must stop at the same step.  A resume that finds no budget state must not silently
+start from zero.
+"""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("opacus")
+
+import pb_accountant  # noqa: F401  (registers "pb")
+from opacus import PrivacyEngine
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from pb_accountant import PrivacyBucketsAccountant
+from pb_accountant.integrations import BudgetGuard, BudgetStateError, BudgetTracker
+
+from _budget_helpers import fresh_bounds, quiet_opacus_warnings
+
+DELTA = 1e-5
+SIGMA = 1.0
+N, BATCH = 64, 8
+Q = 1 / 8
+K = 11                      # the budget allows exactly K steps
+
+
+def budget(k=K):
+    return 0.5 * (fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+                  + fresh_bounds([(SIGMA, Q, k + 1)], DELTA).upper)
+
+
+def steps_of(accountant):
+    return sum(int(h[2]) for h in accountant.history)
+
+
+def same_bounds(acc_a, acc_b):
+    a, b = acc_a.get_epsilon_bounds(DELTA), acc_b.get_epsilon_bounds(DELTA)
+    return (a.lower, a.upper) == (b.lower, b.upper)
+
+
+# ------------------------------------------------------------------------------------
+# plain Opacus: PrivacyEngine.save_checkpoint / load_checkpoint + tracker + guard
+# ------------------------------------------------------------------------------------
+
+def opacus_setup(seed=0):
+    quiet_opacus_warnings()
+    torch.manual_seed(seed)
+    x = torch.randn(N, 4)
+    y = (x[:, 0] > 0).long()
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    engine = PrivacyEngine(accountant="pb")
+    model, optimizer, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        data_loader=DataLoader(TensorDataset(x, y), batch_size=BATCH), noise_multiplier=SIGMA,
+        max_grad_norm=1.0, noise_generator=torch.Generator().manual_seed(seed))
+    tracker = BudgetTracker(engine, DELTA, every_n_steps=1, every_epoch=False, sinks=[])
+    tracker.attach(optimizer)
+    guard = BudgetGuard(engine, max_epsilon=budget(), delta=DELTA, mode="stop").attach(optimizer)
+    return engine, model, optimizer, loader, tracker, guard
+
+
+def train_opacus(model, optimizer, loader, guard, max_steps=None, epochs=4):
+    taken = 0
+    for _ in range(epochs):
+        for xb, yb in loader:
+            if guard.should_stop or (max_steps is not None and taken >= max_steps):
+                return taken
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+            if not guard.should_stop:
+                taken += 1
+    return taken
+
+
+def test_opacus_checkpoint_resume_matches_an_uninterrupted_run(tmp_path):
+    engine, model, optimizer, loader, tracker, guard = opacus_setup()
+    assert train_opacus(model, optimizer, loader, guard) == K and guard.should_stop
+    reference = engine.accountant
+
+    engine1, model1, optimizer1, loader1, tracker1, guard1 = opacus_setup()
+    assert train_opacus(model1, optimizer1, loader1, guard1, max_steps=4) == 4
+    path = tmp_path / "ckpt.pt"
+    engine1.save_checkpoint(path=path, module=model1, optimizer=optimizer1,
+                            checkpoint_dict={"pb_tracker": tracker1.state_dict(),
+                                             "pb_guard": guard1.state_dict()})
+    # "kill": new objects everywhere
+    engine2, model2, optimizer2, loader2, tracker2, guard2 = opacus_setup(seed=1)
+    checkpoint = engine2.load_checkpoint(path=path, module=model2, optimizer=optimizer2)
+    tracker2.load_state_dict(checkpoint["pb_tracker"])    # Opacus restored the history
+    guard2.load_state_dict(checkpoint["pb_guard"])
+    assert steps_of(engine2.accountant) == 4 and tracker2.step == 4
+    more = train_opacus(model2, optimizer2, loader2, guard2)
+    assert more == K - 4 and guard2.should_stop
+    assert engine2.accountant.history == reference.history == [(SIGMA, Q, K)]
+    assert same_bounds(engine2.accountant, reference)
+    assert tracker2.records[-1].step == K
+    assert tracker2.records[-1].eps_upper == tracker.records[-1].eps_upper
+
+
+def test_tracker_state_restores_an_empty_accountant_and_rejects_a_different_one():
+    acc = PrivacyBucketsAccountant()
+    for _ in range(3):
+        acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+    tracker = BudgetTracker(acc, DELTA, every_n_steps=1, sinks=[])
+    tracker.on_step()
+    state = tracker.state_dict()
+    import json
+    state = json.loads(json.dumps(state))            # survives JSON
+
+    fresh = PrivacyBucketsAccountant()
+    restored = BudgetTracker(fresh, DELTA, sinks=[])
+    restored.load_state_dict(state)
+    assert fresh.history == acc.history and same_bounds(fresh, acc)
+    assert restored.steps_seen == 1
+
+    other = PrivacyBucketsAccountant()
+    other.step(noise_multiplier=2.0, sample_rate=Q)
+    with pytest.raises(ValueError, match="differ from the checkpoint"):
+        BudgetTracker(other, DELTA, sinks=[]).load_state_dict(state)
+    assert other.history == [(2.0, Q, 1)]            # unchanged
+    with pytest.raises(ValueError, match="state"):
+        BudgetTracker(PrivacyBucketsAccountant(), DELTA, sinks=[]).load_state_dict({"x": 1})
+
+
+def test_guard_state_keeps_a_stop_for_the_same_budget_only():
+    acc = PrivacyBucketsAccountant()
+    guard = BudgetGuard(acc, max_epsilon=0.01, delta=DELTA, mode="stop")
+    assert not guard.check(noise_multiplier=SIGMA, sample_rate=Q)
+    state = guard.state_dict()
+    again = BudgetGuard(PrivacyBucketsAccountant(), max_epsilon=0.01, delta=DELTA, mode="stop")
+    again.load_state_dict(state)
+    assert again.should_stop and again.refused_steps == 1
+    raised = BudgetGuard(PrivacyBucketsAccountant(), max_epsilon=5.0, delta=DELTA, mode="stop")
+    raised.load_state_dict(state)
+    assert not raised.should_stop
+
+
+# ------------------------------------------------------------------------------------
+# PyTorch Lightning: the callback's state rides in the checkpoint
+# ------------------------------------------------------------------------------------
+
+def _lightning():
+    pl = pytest.importorskip("pytorch_lightning")
+    from opacus.lightning import DPLightningDataModule
+    import test_lightning as tl
+    import warnings
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*val_dataloader.*")
+    warnings.filterwarnings("ignore", message=".*resuming from a checkpoint.*")
+    warnings.filterwarnings("ignore", message=".*ended mid-epoch.*")
+    quiet_opacus_warnings()
+    return pl, DPLightningDataModule, tl
+
+
+def _pl_trainer(pl, tmp_path, callbacks, **kw):
+    return pl.Trainer(accelerator="cpu", devices=1, callbacks=callbacks, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=str(tmp_path), **kw)
+
+
+def test_lightning_resume_matches_an_uninterrupted_run(tmp_path):
+    pl, DPLightningDataModule, tl = _lightning()
+    from pb_accountant.integrations.lightning import PrivacyBudgetCallback
+
+    model = tl.TinyDPModel()
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, max_epsilon=budget(),
+                                     log_every_n_steps=None)
+    _pl_trainer(pl, tmp_path, [callback], max_epochs=5).fit(
+        model, datamodule=DPLightningDataModule(tl.TinyData()))
+    reference = model.privacy_engine.accountant
+    assert reference.history == [(SIGMA, Q, K)] and callback.stopped
+
+    first = tl.TinyDPModel()
+    cb1 = PrivacyBudgetCallback(first.privacy_engine, delta=DELTA, max_epsilon=budget(),
+                                log_every_n_steps=None)
+    t1 = _pl_trainer(pl, tmp_path, [cb1], max_epochs=5, max_steps=4)
+    t1.fit(first, datamodule=DPLightningDataModule(tl.TinyData()))
+    assert t1.global_step == 4 and steps_of(first.privacy_engine.accountant) == 4
+    ckpt = str(tmp_path / "after4.ckpt")
+    t1.save_checkpoint(ckpt)
+
+    second = tl.TinyDPModel()                          # "kill": everything new
+    cb2 = PrivacyBudgetCallback(second.privacy_engine, delta=DELTA, max_epsilon=budget(),
+                                log_every_n_steps=None)
+    t2 = _pl_trainer(pl, tmp_path, [cb2], max_epochs=5)
+    t2.fit(second, datamodule=DPLightningDataModule(tl.TinyData()), ckpt_path=ckpt)
+    acc = second.privacy_engine.accountant
+    assert cb2.monitor.restored == "loaded"
+    assert acc.history == reference.history and same_bounds(acc, reference)
+    assert t2.global_step == K and cb2.stopped          # the guard fired at the same step
+    assert cb2.records[-1].eps_upper == callback.records[-1].eps_upper
+
+
+def test_lightning_resume_without_budget_state_refuses_to_start_from_zero(tmp_path):
+    pl, DPLightningDataModule, tl = _lightning()
+    from pb_accountant.integrations.lightning import PrivacyBudgetCallback
+
+    first = tl.TinyDPModel()
+    t1 = _pl_trainer(pl, tmp_path, [], max_epochs=1, max_steps=3)   # no callback: no state
+    t1.fit(first, datamodule=DPLightningDataModule(tl.TinyData()))
+    ckpt = str(tmp_path / "nostate.ckpt")
+    t1.save_checkpoint(ckpt)
+    second = tl.TinyDPModel()
+    cb = PrivacyBudgetCallback(second.privacy_engine, delta=DELTA, max_epsilon=budget())
+    t2 = _pl_trainer(pl, tmp_path, [cb], max_epochs=2)
+    with pytest.raises(BudgetStateError, match="forgotten"):
+        t2.fit(second, datamodule=DPLightningDataModule(tl.TinyData()), ckpt_path=ckpt)
+    assert steps_of(second.privacy_engine.accountant) == 0
+
+
+# ------------------------------------------------------------------------------------
+# Hugging Face Trainer: STATE_FILE in every checkpoint folder
+# ------------------------------------------------------------------------------------
+
+def _hf():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    import test_huggingface as th
+    return transformers, th
+
+
+def _hf_args(th, tmp_path):
+    args = th.args_for(tmp_path, epochs=4)
+    args.save_strategy = "steps"
+    args.save_steps = 5
+    return args
+
+
+def _hf_run(transformers, th, tmp_path, stop_at=None, resume=None):
+    from pb_accountant.integrations.huggingface import PrivacyBudgetCallback
+    data, engine, model, optimizer, loader = th.private_setup()
+    callback = PrivacyBudgetCallback(engine, delta=DELTA, max_epsilon=budget(13))
+    callbacks = [callback]
+    if stop_at is not None:
+        class Kill(transformers.TrainerCallback):
+            def on_step_end(self, args, state, control, **kw):
+                if state.global_step == stop_at:
+                    control.should_training_stop = True
+
+        callbacks.append(Kill())
+    trainer = th.DPTrainer(model=model, args=_hf_args(th, tmp_path), train_dataset=data,
+                           optimizers=(optimizer, None), callbacks=callbacks, dp_loader=loader)
+    trainer.train(resume_from_checkpoint=resume)
+    return engine, callback, trainer
+
+
+def test_huggingface_resume_matches_an_uninterrupted_run(tmp_path):
+    transformers, th = _hf()
+    from pb_accountant.integrations.huggingface import STATE_FILE
+    engine, callback, trainer = _hf_run(transformers, th, tmp_path / "full")
+    reference = engine.accountant
+    assert reference.history == [(SIGMA, Q, 13)] and callback.stopped
+
+    run = tmp_path / "killed"
+    engine1, cb1, t1 = _hf_run(transformers, th, run, stop_at=5)
+    assert t1.state.global_step == 5
+    assert (run / "checkpoint-5" / STATE_FILE).is_file()
+    engine2, cb2, t2 = _hf_run(transformers, th, run, resume=str(run / "checkpoint-5"))
+    acc = engine2.accountant
+    assert cb2.monitor.restored == "loaded"
+    assert acc.history == reference.history and same_bounds(acc, reference)
+    assert t2.state.global_step == 13 and cb2.stopped
+    assert cb2.records[-1].eps_upper == callback.records[-1].eps_upper
+
+
+def test_huggingface_resume_without_budget_state_refuses(tmp_path):
+    transformers, th = _hf()
+    from pb_accountant.integrations.huggingface import STATE_FILE
+    run = tmp_path / "run"
+    _hf_run(transformers, th, run, stop_at=5)
+    os.remove(run / "checkpoint-5" / STATE_FILE)
+    with pytest.raises(BudgetStateError, match="forgotten"):
+        _hf_run(transformers, th, run, resume=str(run / "checkpoint-5"))
