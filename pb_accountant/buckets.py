@@ -31,7 +31,10 @@ from .convolution import UNIT_ROUNDOFF, convolve_rows
 
 _U = UNIT_ROUNDOFF
 
-#: Largest |t| a grid may reach: e^{t} must stay far inside floating-point range.
+#: Largest |t| at which e^{t} is formed directly: leaves (whose masses are split with
+#: e^{t}) and the paper's buckets stay inside it.  Composed split and grouped buckets
+#: may reach any loss: queries evaluate e^{eps - t} with a shifted exponent
+#: (pb_accountant/queries.py, docs/floating-point.md).
 MAX_LOSS_RANGE = 700.0
 
 
@@ -56,10 +59,9 @@ class Grid:
         d = self.log_factor
         if not (isinstance(d, (int, float, np.floating)) and math.isfinite(d) and d > 0):
             raise ValueError(f"log(factor) must be finite and > 0, got {d!r}")
-        if (n + abs(self.offset)) * d > MAX_LOSS_RANGE:
-            raise ValueError(
-                f"the grid reaches |loss| = {(n + abs(self.offset)) * d:.4g} > {MAX_LOSS_RANGE}; "
-                "choose a smaller factor or fewer buckets")
+        if not math.isfinite((n + abs(self.offset)) * d):
+            raise ValueError(f"the grid's losses must be finite, got factor e^{d!r} with "
+                             f"{n} buckets and offset {self.offset}")
 
     @property
     def factor(self) -> float:
@@ -281,9 +283,6 @@ class SplitBuckets:
 
     def loss_moments(self):
         """A-weighted mean and standard deviation of the loss (for grid choice)."""
-        cached = self.__dict__.get("_moments")
-        if cached is not None:
-            return cached
         A = self.rows[0]
         t = self.grid.losses
         m = A.sum()
@@ -291,9 +290,7 @@ class SplitBuckets:
             return 0.0, 0.0
         mean = float(A @ t / m)
         var = float(A @ (t * t) / m - mean * mean)
-        result = (mean, math.sqrt(max(var, 0.0)))
-        self.__dict__["_moments"] = result
-        return result
+        return mean, math.sqrt(max(var, 0.0))
 
     def mean_loss(self, row: int = 0) -> float:
         """Mean loss weighted by the A-row (0) or the B-row (1)."""
