@@ -143,7 +143,11 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
     while half / step + 2 > options.max_buckets:
         step *= 2.0
     offset = int(round((lo + hi) / 2.0 / step))
-    return Grid(step, buckets_for(half + step, step, options.max_buckets), offset)
+    n = buckets_for(half + step, step, options.max_buckets)
+    # the leaf forms e^t: keep every grid point inside MAX_LOSS_RANGE (n need not be
+    # of the form 2^k - 2, that only saves transform length)
+    n_max = int((MAX_LOSS_RANGE / step - abs(offset))) // 2 * 2
+    return Grid(step, max(min(n, n_max), 2), offset)
 
 
 @dataclass(frozen=True, eq=False)
