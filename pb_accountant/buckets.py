@@ -94,6 +94,11 @@ class Grid:
         return Grid(self.log_factor, n, self.offset + shift)
 
 
+def _dot(a, b) -> float:
+    """Dot product of two vectors without BLAS (whose threads stall on busy machines)."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def _ceil_half(j):
     return -((-j) // 2)
 
@@ -225,12 +230,12 @@ class SplitBuckets:
         w_keep_bot, w_out_bot = _fold_weights(len(b_bot), d)
         newA = A[lo: hi + 1].copy()
         newB = B[lo: hi + 1].copy()
-        newA[-1] += a_top @ w_keep_top
-        a_over = float(a_top @ w_out_top)
+        newA[-1] += _dot(a_top, w_keep_top)
+        a_over = _dot(a_top, w_out_top)
         newA[0] += a_bot.sum()
         newB[-1] += b_top.sum()
-        newB[0] += b_bot @ w_keep_bot
-        b_over = float(b_bot @ w_out_bot)
+        newB[0] += _dot(b_bot, w_keep_bot)
+        b_over = _dot(b_bot, w_out_bot)
         folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
         err = self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
         return SplitBuckets(self.grid.with_buckets(n, centre), np.vstack([newA, newB]),
@@ -288,8 +293,8 @@ class SplitBuckets:
         m = A.sum()
         if m <= 0:
             return 0.0, 0.0
-        mean = float(A @ t / m)
-        var = float(A @ (t * t) / m - mean * mean)
+        mean = _dot(A, t) / m
+        var = _dot(A, t * t) / m - mean * mean
         return mean, math.sqrt(max(var, 0.0))
 
     def mean_loss(self, row: int = 0) -> float:
@@ -298,7 +303,7 @@ class SplitBuckets:
             return self.loss_moments()[0]
         w = self.rows[1]
         m = w.sum()
-        return float(w @ self.grid.losses / m) if m > 0 else 0.0
+        return _dot(w, self.grid.losses) / m if m > 0 else 0.0
 
     def needed_window(self, tail: float) -> Tuple[float, float]:
         """Loss interval outside which the A-mass above and the B-mass below are each at
@@ -420,7 +425,7 @@ class GroupedBuckets:
         weights = self.rows[0]
         labels = self.grid.indices.astype(float)
         mass = weights.sum()
-        mean = float(weights @ labels / mass) if mass > 0 else 0.0
+        mean = _dot(weights, labels) / mass if mass > 0 else 0.0
         s = int(round(centre / d - mean))
         start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
             + self.grid.number_of_buckets                 # old position of the first new label
