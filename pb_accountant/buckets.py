@@ -200,7 +200,10 @@ class SplitBuckets:
         B[-1] += b[-1]
         A[-1] += b[-1] * top
         a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top
-        error = np.array([float(np.sum(ea)) + 8 * _U, float(np.sum(eb)) * f + 8 * _U])
+        # + masses that may have underflowed (each below 1e-300: the B-mass an event
+        # split upward may lack, and its A-side twin)
+        error = np.array([float(np.sum(ea)) + 8 * _U + 1e-300 * len(t),
+                          float(np.sum(eb)) * f + 8 * _U + 1e-300 * len(t)])
         return SplitBuckets(grid, np.vstack([A, B]), float(a_inf), float(b_minf), error)
 
     def masses(self) -> np.ndarray:
@@ -368,8 +371,23 @@ class GroupedBuckets:
         a[-1] = max(a[-1] - a_pinf, 0.0)
         b[0] = max(b[0] - b_minf, 0.0)
         et = np.exp(t)
-        full = {"A": a, "C": b * et, "B": b, "D": a / et}
-        full_err = {"A": ea.sum(), "C": (eb * et).sum(), "B": eb.sum(), "D": (ea / et).sum()}
+        C, D = b * et, a / et
+        # a mass below the normal range may have underflowed (lost to the relative
+        # error model), and e^{+-t} would scale that loss up to 1e-4: there, use the
+        # certified upper bounds C <= (A + e_A) e^{d/2} (events above t - d/2) and
+        # D <= (B + e_B) e^{d/2} (events below t + d/2); larger B-masses only lower
+        # the lower bound
+        half = math.exp(0.5 * grid.log_factor) * (1 + 4 * _U)
+        tiny = 1e-290
+        C[1:] = np.where(b[1:] < tiny, np.maximum(C[1:], (a[1:] + ea[1:]) * half), C[1:])
+        D[:-1] = np.where(a[:-1] < tiny, np.maximum(D[:-1], (b[:-1] + eb[:-1]) * half),
+                          D[:-1])
+        eb_c = np.where(b < tiny, 0.0, eb)
+        ea_d = np.where(a < tiny, 0.0, ea)
+        eb_c[0], ea_d[-1] = eb[0], ea[-1]
+        full = {"A": a, "C": C, "B": b, "D": D}
+        full_err = {"A": ea.sum(), "C": (eb_c * et).sum(), "B": eb.sum(),
+                    "D": (ea_d / et).sum()}
         kinds = [k for d in directions for k in _ROW_KINDS[d]]
         rows = np.vstack([full[k] for k in kinds])
         error = np.array([full_err[k] for k in kinds]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
