@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._validation import check_delta
+from ._validation import check_delta, check_epsilons
 from .buckets import LABEL_SLACK
 from .composition import BucketOptions, BucketSet, Composer, canonical_history
 from .convolution import UNIT_ROUNDOFF
@@ -196,9 +196,7 @@ class PrivacyBuckets:
     def delta_bounds(self, epsilon, method: Optional[str] = None) -> DeltaBounds:
         """Certified delta bounds at one epsilon or an array of them (one pass)."""
         scalar = np.ndim(epsilon) == 0
-        eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
-        if eps.size == 0 or not np.all(np.isfinite(eps)) or np.any(eps < 0):
-            raise ValueError(f"epsilon must be finite and in [0, inf), got {epsilon!r}")
+        eps = np.atleast_1d(np.asarray(check_epsilons(epsilon), dtype=float))
         lo = self.delta_lower(eps, None if method in (None, "split") else method)
         up = self.delta_upper(eps, method if method in (None, "split", "paper") else None)
         lo = np.minimum(lo, up)
