@@ -3,7 +3,7 @@
 The composition of a history [(pair, count), ...] is built in one canonical order so
 that the bounds are a function of the history alone (docs/method.md §3): for each segment
 the cached binary powers M^(2^k) are folded from the highest set bit down, and the
-segments are folded left to right.  Before each composition the operands are brought
+segments form a binary tree over aligned blocks (``Composer``).  Before each composition the operands are brought
 to a common grid (squaring the finer one); after it, if the corners pushed more mass
 into the infinity atoms than ``free_infty_budget`` per composed step allows and the
 infinity mass grew more than ``growth_factor``-fold (paper §4.6, Fig. 10), both
