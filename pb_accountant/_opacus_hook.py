@@ -53,10 +53,14 @@ def calibrated_noise_multiplier(*, target_epsilon: float, target_delta: float,
 
     Doubles sigma from 20 as Opacus does, then bisects at most 80 times; every sigma
     returned was evaluated and its certified upper epsilon found <= the target, so the
-    result is safe even where the curve is not continuous.  Terminates in bounded time.
+    result is safe even where the curve is not continuous.  Terminates in bounded time:
+    the doubling stops (ValueError) at ``max_sigma`` or when the certified floor
+    (infinity mass plus round-off, which more noise cannot lower) stays above
+    ``target_delta`` over three doublings.
     """
     from ._validation import check_count, check_delta, check_real
     from .accountant import PrivacyBucketsAccountant
+    from .engine import PrivacyBuckets
     from .mechanisms import MIN_NOISE
 
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
@@ -67,22 +71,31 @@ def calibrated_noise_multiplier(*, target_epsilon: float, target_delta: float,
     acc = PrivacyBucketsAccountant()
 
     def certified(sigma: float):
+        """(certified upper epsilon, infinity mass plus round-off, notes): what
+        ``acc.get_epsilon`` computes, bit for bit."""
         acc.history = [(sigma, q, steps)]
-        return acc.get_epsilon_bounds(delta)
+        engine = PrivacyBuckets(acc._composer.compose(acc._pairs(acc.history), delta,
+                                                      ("split",)), delta)
+        bounds = engine.epsilon_bounds(delta)
+        return bounds.upper, engine.infinity_mass, bounds.notes
 
     sigma_low, sigma_high = 0.0, 10.0
-    eps_high, last = float("inf"), None
+    eps_high, floors, notes = float("inf"), [], ()
     while eps_high > target:
         sigma_high *= 2.0
-        if sigma_high > max_sigma:
-            notes = "; ".join(last.notes) if last is not None and last.notes else (
-                f"epsilon at sigma={sigma_high / 2:g} is {eps_high:g}")
+        stuck = (len(floors) >= 3 and all(f >= delta for f in floors[-3:])
+                 and floors[-1] > 0.5 * floors[-3])
+        if sigma_high > max_sigma or stuck:
+            why = "; ".join(notes) if notes else f"epsilon at sigma={sigma_high / 2:g} is {eps_high:g}"
+            if stuck:
+                why = (f"the certified floor (infinity mass plus round-off, {floors[-1]:.3g}) "
+                       f"stays above target_delta as sigma doubles from {sigma_high / 8:g} to "
+                       f"{sigma_high / 2:g}; " + why)
             raise ValueError(
                 f"The privacy budget is too low: target_epsilon={target!r} at "
-                f"target_delta={delta!r} cannot be certified with noise_multiplier <= "
-                f"{max_sigma:g} ({notes})")
-        last = certified(sigma_high)
-        eps_high = last.upper
+                f"target_delta={delta!r} cannot be certified: {why}")
+        eps_high, floor, notes = certified(sigma_high)
+        floors.append(floor)
     for _ in range(_MAX_BISECTIONS):
         if target - eps_high <= tol or sigma_high - sigma_low <= _SIGMA_RTOL * sigma_high:
             break
@@ -90,7 +103,7 @@ def calibrated_noise_multiplier(*, target_epsilon: float, target_delta: float,
         if sigma < MIN_NOISE:
             sigma_low = sigma                 # below the smallest noise pb accepts
             continue
-        eps = certified(sigma).upper
+        eps = certified(sigma)[0]
         if eps < target:
             sigma_high, eps_high = sigma, eps
         else:

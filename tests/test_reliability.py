@@ -300,3 +300,14 @@ def test_engine_limits_are_reported_loudly_and_bugs_propagate(monkeypatch):
     # user errors are still ValueErrors, raised before the engine runs
     with pytest.raises(ValueError, match="delta"):
         acc.get_epsilon(2.0)
+
+
+def test_calibration_below_the_certified_floor_raises_instead_of_searching():
+    """The audit's delta = 1e-30 case: no sigma certifies it (round-off floor)."""
+    pytest.importorskip("opacus")
+    import pb_accountant  # noqa: F401
+    from opacus.accountants import utils
+
+    with pytest.raises(ValueError, match="cannot be certified"):
+        utils.get_noise_multiplier(target_epsilon=1000, target_delta=1e-30, sample_rate=0.5,
+                                   steps=1000, accountant="pb")
