@@ -64,3 +64,19 @@ def check_delta(value, name: str = "delta") -> float:
 
 def check_epsilon(value, name: str = "epsilon") -> float:
     return check_real(name, value, low=0.0)
+
+
+def check_epsilons(epsilon):
+    """A non-negative finite real epsilon or a numeric array of them (no bools, strings)."""
+    import numpy as np
+
+    if np.ndim(epsilon) == 0 and not isinstance(epsilon, np.ndarray):
+        return check_epsilon(epsilon)
+    arr = np.asarray(epsilon)
+    if arr.dtype.kind not in "iuf" or arr.size == 0:
+        raise ValueError(f"epsilon must be a real number or a non-empty array of real "
+                         f"numbers in [0, inf), got {epsilon!r}")
+    arr = arr.astype(float)
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"epsilon must be finite and in [0, inf), got {epsilon!r}")
+    return arr if arr.ndim else float(arr)

@@ -7,18 +7,25 @@ are cached, so a training loop that asks for epsilon every epoch pays only for t
 steps added since its last question, and gets bit-identical answers to a fresh
 accountant (or one restored from ``state_dict``) given the same history.
 
+Thread safety: one accountant may be queried and stepped from several threads.  The
+history is read and written under a lock, every query works on a snapshot of it, and the
+engine's caches hold immutable values published under the composer's lock, so every
+answer is bitwise the single-threaded one (docs/method.md §8).
+
 Importing this module does not import torch or opacus; with opacus installed the class
 is registered as the mechanism "pb" and as a virtual subclass of ``IAccountant``.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
 import warnings
 from collections import OrderedDict
-from copy import deepcopy
+from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ._validation import check_count, check_delta, check_real
+from ._validation import check_count, check_delta, check_epsilon, check_epsilons, check_real
 from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import MAX_NOISE, MIN_NOISE, DiscretePair, MechanismPair, SubsampledGaussian
@@ -56,12 +63,46 @@ class PrivacyBucketsAccountant:
     ``get_epsilon_bounds(delta)`` returns both bounds.  Keyword options are expert
     overrides of the engine (paper's vocabulary): ``number_of_buckets``, ``factor``,
     ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``.
+
+    ``history`` is a plain list of ``(noise_multiplier, sample_rate, num_steps)``
+    tuples; assigning it (lists of tuples or JSON lists of lists) validates it first.
+    Thread-safe: ``step`` and every query may run concurrently on one accountant and
+    each answer is bitwise what a single thread gets for the history it saw
+    (docs/method.md §8).  Pickling, ``deepcopy`` and ``state_dict`` carry the history
+    and the options only, never the caches.
     """
 
     def __init__(self, **options: Any):
-        self.history: List[Tuple[float, float, int]] = []
         self.options = BucketOptions(**options)
+        self._lock = threading.RLock()
+        self._history: List[Tuple[float, float, int]] = []
         self._composer = Composer(self.options)
+
+    # -- history: validated when assigned -----------------------------------------------
+    @property
+    def history(self) -> List[Tuple[float, float, int]]:
+        return self._history
+
+    @history.setter
+    def history(self, value) -> None:
+        validated = _validated_history(value)          # raises before anything changes
+        with self._lock:
+            self._history = validated
+
+    def _snapshot(self) -> List[Tuple[float, float, int]]:
+        with self._lock:
+            return list(self._history)
+
+    # -- pickling and copying: history and options only --------------------------------
+    def __getstate__(self):
+        with self._lock:
+            return {"history": list(self._history), "options": _options_dict(self.options)}
+
+    def __setstate__(self, state) -> None:
+        self.options = BucketOptions(**state["options"])
+        self._lock = threading.RLock()
+        self._composer = Composer(self.options)
+        self._history = _validated_history(state["history"])
 
     # -- the Opacus contract ----------------------------------------------------------
     @classmethod
@@ -70,24 +111,28 @@ class PrivacyBucketsAccountant:
 
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
         """Record one optimisation step (validated before the history changes)."""
-        if self.history:
-            last = self.history[-1]
-            # fast path: the step repeats the last entry (the usual case in training)
-            if (noise_multiplier == last[0] and sample_rate == last[1]
-                    and type(noise_multiplier) is float and type(sample_rate) is float):
-                self.history[-1] = (last[0], last[1], last[2] + 1)
-                return
-        sigma, q = _validate_step(noise_multiplier, sample_rate)
-        if self.history:
-            last_sigma, last_q, count = self.history[-1]
-            if last_sigma == sigma and last_q == q:
-                self.history[-1] = (last_sigma, last_q, int(count) + 1)
-                return
-        self.history.append((sigma, q, 1))
+        with self._lock:
+            history = self._history
+            if history:
+                last = history[-1]
+                # fast path: the step repeats the last entry (the usual case in training)
+                if (noise_multiplier == last[0] and sample_rate == last[1]
+                        and type(noise_multiplier) is float and type(sample_rate) is float
+                        and type(last[2]) is int and last[2] >= 0):
+                    history[-1] = (last[0], last[1], last[2] + 1)
+                    return
+            sigma, q = _validate_step(noise_multiplier, sample_rate)
+            if history:
+                # the list may have been changed in place: check what is extended
+                last_sigma, last_q, count = _validated_entry(history[-1], len(history) - 1)
+                if last_sigma == sigma and last_q == q:
+                    history[-1] = (last_sigma, last_q, count + 1)
+                    return
+            history.append((sigma, q, 1))
 
     def __len__(self) -> int:
         """Number of optimisation steps recorded (not of history entries)."""
-        return int(sum(int(entry[2]) for entry in self.history))
+        return int(sum(int(entry[2]) for entry in self._snapshot()))
 
     def get_epsilon(self, delta: float, *args: Any, **kwargs: Any) -> float:
         """Certified upper bound on epsilon at ``delta``; unknown keywords are ignored."""
@@ -101,13 +146,20 @@ class PrivacyBucketsAccountant:
         return hook_fn
 
     def state_dict(self, destination: Optional[Mapping] = None):
+        """Opacus's keys ("history", "mechanism") plus the constructor ``options``."""
         if destination is None:
             destination = OrderedDict()
-        destination["history"] = deepcopy(self.history)
+        destination["history"] = self._snapshot()
         destination["mechanism"] = self.mechanism()
+        destination["options"] = _options_dict(self.options)
         return destination
 
     def load_state_dict(self, state_dict: Mapping) -> None:
+        """Replace the history (validated first).  A state carrying ``options`` must
+        match this accountant's options; Opacus-style states without them load as is."""
+        if state_dict is not None and not isinstance(state_dict, _MappingABC):
+            raise ValueError("state_dict must be a mapping with the keys `history` and "
+                             f"`mechanism`, got {state_dict!r}")
         if state_dict is None or len(state_dict) == 0:
             raise ValueError("state dict is either None or empty and hence cannot be loaded"
                              " into Privacy Accountant.")
@@ -120,13 +172,30 @@ class PrivacyBucketsAccountant:
         if self.mechanism() != state_dict["mechanism"]:
             raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
                              f" Privacy Accountant with mechanism {self.mechanism()}")
+        if "options" in state_dict.keys():
+            self._check_options(state_dict["options"])
         raw = state_dict["history"]
         if not isinstance(raw, (list, tuple)):
             raise ValueError(f"state_dict['history'] must be a list of (noise_multiplier, "
                              f"sample_rate, num_steps) entries, got {raw!r}")
-        history = [tuple(entry) if isinstance(entry, (list, tuple)) else entry for entry in raw]
-        self._pairs(history)          # validate before replacing anything
-        self.history = history
+        self.history = raw             # validated before replacing anything
+
+    def _check_options(self, options) -> None:
+        if not isinstance(options, _MappingABC):
+            raise ValueError(f"state_dict['options'] must be a mapping, got {options!r}")
+        known = {f.name for f in dataclasses.fields(BucketOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"state_dict['options'] has unknown option(s) {unknown!r}; "
+                             f"known: {sorted(known)!r}")
+        mine = _options_dict(self.options)
+        theirs = _options_dict(BucketOptions(**dict(options)))
+        for name, value in mine.items():
+            if theirs[name] != value:
+                raise ValueError(
+                    f"state_dict option {name}={theirs[name]!r} differs from this "
+                    f"accountant's {name}={value!r}; construct the accountant with "
+                    f"PrivacyBucketsAccountant({name}={theirs[name]!r}) to load it")
 
     # -- more than Opacus gives ---------------------------------------------------------
     def get_epsilon_bounds(self, delta: float) -> EpsilonBounds:
@@ -135,14 +204,18 @@ class PrivacyBucketsAccountant:
 
     def get_delta(self, epsilon: float) -> float:
         """Certified upper bound on delta at ``epsilon``."""
+        epsilon = check_epsilon(epsilon)
         return self.get_delta_bounds(epsilon).upper
 
     def get_delta_bounds(self, epsilon) -> DeltaBounds:
         """Certified bounds on delta at one epsilon or an array of them."""
+        epsilon = check_epsilons(epsilon)
         return self._engine(None, lower=True).delta_bounds(epsilon)
 
     def get_privacy_curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
         """The eps-delta curve with both certified bounds."""
+        if epsilons is not None:
+            epsilons = check_epsilons(epsilons)
         return self._engine(None, lower=True).curve(epsilons, num)
 
     def epsilon_after(self, delta: float, *, noise_multiplier: float, sample_rate: float,
@@ -154,44 +227,62 @@ class PrivacyBucketsAccountant:
         """
         sigma, q = _validate_step(noise_multiplier, sample_rate)
         k = check_count("num_steps", num_steps, minimum=0)
-        history = list(self.history) + ([(sigma, q, k)] if k else [])
+        history = self._snapshot() + ([(sigma, q, k)] if k else [])
         return self._bounds(delta, lower=lower, history=history)
 
     # -- internals ------------------------------------------------------------------------
     def _pairs(self, history) -> List[Tuple[MechanismPair, int]]:
-        if not isinstance(history, (list, tuple)):
-            raise ValueError("history must be a list of (noise_multiplier, sample_rate, "
-                             f"num_steps) entries, got {history!r}")
         out = []
-        for i, entry in enumerate(history):
-            try:
-                sigma, q, count = entry
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), "
-                    f"got {entry!r}") from None
-            sigma, q = _validate_step(sigma, q, where=f"history[{i}] ")
-            count = check_count(f"history[{i}] num_steps", count)
+        for sigma, q, count in _validated_history(history):
             pair = step_pair(sigma, q)
             if pair is not None and count:
                 out.append((pair, count))
         return out
 
     def _engine(self, delta: Optional[float], lower: bool, history=None) -> PrivacyBuckets:
-        pairs = self._pairs(self.history if history is None else history)
+        pairs = self._pairs(self._snapshot() if history is None else history)
         methods = ("split", "grouped") if lower else ("split",)
         return PrivacyBuckets(self._composer.compose(pairs, delta, methods), delta)
 
     def _bounds(self, delta: float, lower: bool, history=None) -> EpsilonBounds:
         delta = check_delta(delta)
-        pairs = self._pairs(self.history if history is None else history)  # user errors raise
+        pairs = self._pairs(self._snapshot() if history is None else history)  # user errors raise
         try:
             if lower:
                 return adaptive_epsilon_bounds(self._composer, pairs, delta)
             engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)
             return engine.epsilon_bounds(delta)
-        except (ArithmeticError, MemoryError, RuntimeError, ValueError) as exc:  # never crash
-            warnings.warn(f"pb accountant could not certify epsilon ({exc!r}); reporting inf",
-                          RuntimeWarning)
-            return EpsilonBounds(delta, 0.0, math.inf, "none", None,
-                                 (f"internal failure: {exc!r}",))
+        except (MemoryError, ArithmeticError) as exc:
+            # engine limits (memory, floating-point range): keep a training loop alive
+            # with the valid bound inf and say why, loudly; anything else is a bug and
+            # propagates
+            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
+                      "the upper bound inf is valid but uninformative")
+            warnings.warn(f"pb accountant could not certify epsilon: {reason}",
+                          RuntimeWarning, stacklevel=3)
+            return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
+
+
+def _options_dict(options: BucketOptions) -> dict:
+    """The constructor options as a JSON-serialisable dict."""
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+
+
+def _validated_entry(entry, i: int) -> Tuple[float, float, int]:
+    try:
+        sigma, q, count = entry
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), "
+            f"got {entry!r}") from None
+    sigma, q = _validate_step(sigma, q, where=f"history[{i}] ")
+    count = check_count(f"history[{i}] num_steps", count)
+    return sigma, q, count
+
+
+def _validated_history(history) -> List[Tuple[float, float, int]]:
+    """A new list of validated (float, float, int) entries; ValueError naming the entry."""
+    if not isinstance(history, (list, tuple)):
+        raise ValueError("history must be a list of (noise_multiplier, sample_rate, "
+                         f"num_steps) entries, got {history!r}")
+    return [_validated_entry(entry, i) for i, entry in enumerate(history)]

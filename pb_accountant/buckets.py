@@ -31,7 +31,10 @@ from .convolution import UNIT_ROUNDOFF, convolve_rows
 
 _U = UNIT_ROUNDOFF
 
-#: Largest |t| a grid may reach: e^{t} must stay far inside floating-point range.
+#: Largest |t| at which e^{t} is formed directly: leaves (whose masses are split with
+#: e^{t}) and the paper's buckets stay inside it.  Composed split and grouped buckets
+#: may reach any loss: queries evaluate e^{eps - t} with a shifted exponent
+#: (pb_accountant/queries.py, docs/floating-point.md).
 MAX_LOSS_RANGE = 700.0
 
 
@@ -56,10 +59,9 @@ class Grid:
         d = self.log_factor
         if not (isinstance(d, (int, float, np.floating)) and math.isfinite(d) and d > 0):
             raise ValueError(f"log(factor) must be finite and > 0, got {d!r}")
-        if (n + abs(self.offset)) * d > MAX_LOSS_RANGE:
-            raise ValueError(
-                f"the grid reaches |loss| = {(n + abs(self.offset)) * d:.4g} > {MAX_LOSS_RANGE}; "
-                "choose a smaller factor or fewer buckets")
+        if not math.isfinite((n + abs(self.offset)) * d):
+            raise ValueError(f"the grid's losses must be finite, got factor e^{d!r} with "
+                             f"{n} buckets and offset {self.offset}")
 
     @property
     def factor(self) -> float:
@@ -90,6 +92,11 @@ class Grid:
 
     def with_buckets(self, n: int, shift: int = 0) -> "Grid":
         return Grid(self.log_factor, n, self.offset + shift)
+
+
+def _dot(a, b) -> float:
+    """Dot product of two vectors without BLAS (whose threads stall on busy machines)."""
+    return float(np.einsum("i,i->", a, b))
 
 
 def _ceil_half(j):
@@ -193,7 +200,10 @@ class SplitBuckets:
         B[-1] += b[-1]
         A[-1] += b[-1] * top
         a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top
-        error = np.array([float(np.sum(ea)) + 8 * _U, float(np.sum(eb)) * f + 8 * _U])
+        # + masses that may have underflowed (each below 1e-300: the B-mass an event
+        # split upward may lack, and its A-side twin)
+        error = np.array([float(np.sum(ea)) + 8 * _U + 1e-300 * len(t),
+                          float(np.sum(eb)) * f + 8 * _U + 1e-300 * len(t)])
         return SplitBuckets(grid, np.vstack([A, B]), float(a_inf), float(b_minf), error)
 
     def masses(self) -> np.ndarray:
@@ -223,12 +233,12 @@ class SplitBuckets:
         w_keep_bot, w_out_bot = _fold_weights(len(b_bot), d)
         newA = A[lo: hi + 1].copy()
         newB = B[lo: hi + 1].copy()
-        newA[-1] += a_top @ w_keep_top
-        a_over = float(a_top @ w_out_top)
+        newA[-1] += _dot(a_top, w_keep_top)
+        a_over = _dot(a_top, w_out_top)
         newA[0] += a_bot.sum()
         newB[-1] += b_top.sum()
-        newB[0] += b_bot @ w_keep_bot
-        b_over = float(b_bot @ w_out_bot)
+        newB[0] += _dot(b_bot, w_keep_bot)
+        b_over = _dot(b_bot, w_out_bot)
         folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
         err = self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
         return SplitBuckets(self.grid.with_buckets(n, centre), np.vstack([newA, newB]),
@@ -281,19 +291,14 @@ class SplitBuckets:
 
     def loss_moments(self):
         """A-weighted mean and standard deviation of the loss (for grid choice)."""
-        cached = self.__dict__.get("_moments")
-        if cached is not None:
-            return cached
         A = self.rows[0]
         t = self.grid.losses
         m = A.sum()
         if m <= 0:
             return 0.0, 0.0
-        mean = float(A @ t / m)
-        var = float(A @ (t * t) / m - mean * mean)
-        result = (mean, math.sqrt(max(var, 0.0)))
-        self.__dict__["_moments"] = result
-        return result
+        mean = _dot(A, t) / m
+        var = _dot(A, t * t) / m - mean * mean
+        return mean, math.sqrt(max(var, 0.0))
 
     def mean_loss(self, row: int = 0) -> float:
         """Mean loss weighted by the A-row (0) or the B-row (1)."""
@@ -301,7 +306,7 @@ class SplitBuckets:
             return self.loss_moments()[0]
         w = self.rows[1]
         m = w.sum()
-        return float(w @ self.grid.losses / m) if m > 0 else 0.0
+        return _dot(w, self.grid.losses) / m if m > 0 else 0.0
 
     def needed_window(self, tail: float) -> Tuple[float, float]:
         """Loss interval outside which the A-mass above and the B-mass below are each at
@@ -366,8 +371,23 @@ class GroupedBuckets:
         a[-1] = max(a[-1] - a_pinf, 0.0)
         b[0] = max(b[0] - b_minf, 0.0)
         et = np.exp(t)
-        full = {"A": a, "C": b * et, "B": b, "D": a / et}
-        full_err = {"A": ea.sum(), "C": (eb * et).sum(), "B": eb.sum(), "D": (ea / et).sum()}
+        C, D = b * et, a / et
+        # a mass below the normal range may have underflowed (lost to the relative
+        # error model), and e^{+-t} would scale that loss up to 1e-4: there, use the
+        # certified upper bounds C <= (A + e_A) e^{d/2} (events above t - d/2) and
+        # D <= (B + e_B) e^{d/2} (events below t + d/2); larger B-masses only lower
+        # the lower bound
+        half = math.exp(0.5 * grid.log_factor) * (1 + 4 * _U)
+        tiny = 1e-290
+        C[1:] = np.where(b[1:] < tiny, np.maximum(C[1:], (a[1:] + ea[1:]) * half), C[1:])
+        D[:-1] = np.where(a[:-1] < tiny, np.maximum(D[:-1], (b[:-1] + eb[:-1]) * half),
+                          D[:-1])
+        eb_c = np.where(b < tiny, 0.0, eb)
+        ea_d = np.where(a < tiny, 0.0, ea)
+        eb_c[0], ea_d[-1] = eb[0], ea[-1]
+        full = {"A": a, "C": C, "B": b, "D": D}
+        full_err = {"A": ea.sum(), "C": (eb_c * et).sum(), "B": eb.sum(),
+                    "D": (ea_d / et).sum()}
         kinds = [k for d in directions for k in _ROW_KINDS[d]]
         rows = np.vstack([full[k] for k in kinds])
         error = np.array([full_err[k] for k in kinds]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
@@ -423,7 +443,7 @@ class GroupedBuckets:
         weights = self.rows[0]
         labels = self.grid.indices.astype(float)
         mass = weights.sum()
-        mean = float(weights @ labels / mass) if mass > 0 else 0.0
+        mean = _dot(weights, labels) / mass if mass > 0 else 0.0
         s = int(round(centre / d - mean))
         start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
             + self.grid.number_of_buckets                 # old position of the first new label

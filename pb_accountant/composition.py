@@ -3,7 +3,7 @@
 The composition of a history [(pair, count), ...] is built in one canonical order so
 that the bounds are a function of the history alone (docs/method.md §3): for each segment
 the cached binary powers M^(2^k) are folded from the highest set bit down, and the
-segments are folded left to right.  Before each composition the operands are brought
+segments form a binary tree over aligned blocks (``Composer``).  Before each composition the operands are brought
 to a common grid (squaring the finer one); after it, if the corners pushed more mass
 into the infinity atoms than ``free_infty_budget`` per composed step allows and the
 infinity mass grew more than ``growth_factor``-fold (paper §4.6, Fig. 10), both
@@ -11,7 +11,9 @@ operands are squared and the composition is redone on the coarser grid.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import FrozenSet, Optional, Sequence, Tuple
@@ -31,6 +33,11 @@ INFINITY_FRACTION = 1e-3
 #: leaves needing more buckets than this at ``leaf_resolution`` (a heavy tail far from a
 #: narrow bulk) get half that resolution; measured cost: about 1e-4 relative in epsilon
 LEAF_BUCKETS_AT_FULL_RESOLUTION = 2 ** 13 - 2
+#: largest |loss| a leaf resolves (e^t is formed directly there; beyond it, the
+#: infinity atoms); per-step epsilons up to several hundred stay finite
+LEAF_LOSS_RANGE = 600.0
+#: coarsened buckets remembered per Composer
+_COARSEN_MEMO_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -99,15 +106,23 @@ def buckets_for(reach: float, log_factor: float, cap: int) -> int:
     return int(min(n, cap))
 
 
-def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions) -> Grid:
-    """Leaf grid: a power-of-two spacing so that grids of different pairs align."""
+def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
+              cap: float = LEAF_LOSS_RANGE) -> Grid:
+    """Leaf grid: a power-of-two spacing so that grids of different pairs align.
+
+    Losses beyond ``cap`` go to the infinity atoms (sound): leaves form e^t directly.
+    The paper's buckets use MAX_LOSS_RANGE / 8 so that their products stay in range.
+    """
     lo, hi = pair.loss_range(budget)
-    # losses beyond MAX_LOSS_RANGE / 8 go to the infinity atoms: sound, and the grid,
-    # its products and e^t stay inside floating-point range
-    reach = min(max(abs(lo), abs(hi), 1e-9), MAX_LOSS_RANGE / 8.0)
+    reach = min(max(abs(lo), abs(hi), 1e-9), cap)
     if options.factor is not None:
         step = math.log(options.factor)
         n = options.number_of_buckets or buckets_for(reach, step, options.max_buckets)
+        if n * step > MAX_LOSS_RANGE:
+            raise ValueError(
+                f"factor={options.factor!r} with number_of_buckets={n} reaches |loss| = "
+                f"{n * step:.4g} > {MAX_LOSS_RANGE} at the leaf; choose a smaller factor or "
+                "fewer buckets")
         return Grid(step, n)
     if options.number_of_buckets is not None:
         n = options.number_of_buckets
@@ -121,14 +136,18 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions) -> Gri
     step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
     step = min(step, 2.0 ** math.ceil(math.log2(reach / 30.0)))
     # the grid follows the loss interval [lo, hi] (an offset centres it)
-    lo, hi = max(lo, -MAX_LOSS_RANGE / 8.0), min(hi, MAX_LOSS_RANGE / 8.0)
+    lo, hi = max(lo, -cap), min(hi, cap)
     half = max((hi - lo) / 2.0, 1e-9)
     if half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
         step *= 2.0      # long thin tails: half the leaf resolution halves its cost
     while half / step + 2 > options.max_buckets:
         step *= 2.0
     offset = int(round((lo + hi) / 2.0 / step))
-    return Grid(step, buckets_for(half + step, step, options.max_buckets), offset)
+    n = buckets_for(half + step, step, options.max_buckets)
+    # the leaf forms e^t: keep every grid point inside MAX_LOSS_RANGE (n need not be
+    # of the form 2^k - 2, that only saves transform length)
+    n_max = int((MAX_LOSS_RANGE / step - abs(offset))) // 2 * 2
+    return Grid(step, max(min(n, n_max), 2), offset)
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,29 +224,77 @@ class BucketSet:
         n, centre = self.window(budget_per_step * self.compositions, cap)
         return self.restricted(n, centre) if n < self.grid.number_of_buckets else self
 
-    def coarsened_to(self, log_factor: float, trim: bool = False) -> "BucketSet":
-        """Square until the spacing is ``log_factor``; ``trim`` drops the emptied half.
+    def coarsened_to(self, log_factor: float, trim: bool = False, memo=None) -> "BucketSet":
+        """Square until the spacing is ``log_factor``; ``trim`` crops the emptied buckets
+        (lossless: only buckets that are exactly empty in every row are dropped).
 
-        Results are memoised on the object (cached binary powers are coarsened to the
-        same spacing again and again during training).
+        ``memo``: a dict owned by the Composer (cached binary powers are coarsened to the
+        same spacing again and again during training); entries are immutable and
+        published whole, so a concurrent reader never sees a half-built one.
         """
         if self.grid.log_factor >= log_factor * (1 - 1e-12):
             return self
-        memo = self.__dict__.setdefault("_coarsened", {})
-        key = (log_factor, trim)
-        if key in memo:
-            return memo[key]
+        key = (self, log_factor, trim)
+        if memo is not None:
+            hit = memo.get(key)
+            if hit is not None:
+                return hit
         out = self
         while out.grid.log_factor < log_factor * (1 - 1e-12):
             out = out.squared()
-            n = out.grid.number_of_buckets
-            half = (n // 2 + 1) // 2 * 2
-            if trim and half < n:
-                out = out.restricted(half)     # lossless: squaring maps i to ceil(i/2)
-        memo[key] = out
+            if trim:
+                out = out.cropped()
+        if memo is not None:
+            memo[key] = out
+            while len(memo) > _COARSEN_MEMO_SIZE:
+                memo.pop(next(iter(memo)))
         return out
 
+    def _rows(self):
+        yield self.split.rows
+        if self.grouped is not None:
+            yield self.grouped.rows
+        if self.paper is not None:
+            for p in self.paper:
+                yield p.rows
+
+    def cropped(self) -> "BucketSet":
+        """The same buckets on the smallest grid of the usual shape (n = 2^k - 2) that
+        holds every non-zero entry of every row: exact, nothing moves."""
+        n = self.grid.number_of_buckets
+        first, last = None, None
+        for rows in self._rows():
+            nz = np.flatnonzero(np.any(rows != 0.0, axis=0))
+            if len(nz):
+                first = nz[0] if first is None else min(first, nz[0])
+                last = nz[-1] if last is None else max(last, nz[-1])
+        if first is None:
+            return self
+        centre = int((first + last) // 2)                  # position of the new centre
+        half = max(centre - first, last - centre)
+        m = 30
+        while m < half:
+            m = 2 * m + 2
+        if m >= n:
+            return self
+        lo, hi = centre - m, centre + m
+        if lo < 0 or hi > 2 * n:
+            return self
+        grid = self.grid.with_buckets(m, centre - n)
+        split = dataclasses.replace(self.split, grid=grid, rows=self.split.rows[:, lo:hi + 1])
+        grouped = (None if self.grouped is None else
+                   dataclasses.replace(self.grouped, grid=grid,
+                                       rows=self.grouped.rows[:, lo:hi + 1]))
+        paper = (None if self.paper is None else
+                 tuple(dataclasses.replace(p, grid=grid, rows=p.rows[:, lo:hi + 1])
+                       for p in self.paper))
+        return BucketSet(grid, split, grouped, paper)
+
     def can_square(self) -> bool:
+        """The paper's buckets form e^{t} directly, so they stay inside MAX_LOSS_RANGE;
+        the split and grouped buckets may square without limit."""
+        if self.paper is None:
+            return True
         g = self.grid
         return (g.number_of_buckets + abs(g.offset)) * g.log_factor * 4.0 <= MAX_LOSS_RANGE
 
@@ -254,24 +321,26 @@ class BucketSet:
 
 
 def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
-                 options: BucketOptions) -> BucketSet:
-    """x * y on a common grid, with the squaring and range policy of ``options``."""
+                 options: BucketOptions, memo=None) -> BucketSet:
+    """x * y on a common grid, with the squaring and range policy of ``options``
+    (``memo``: the Composer's table of coarsened buckets)."""
     same = x is y
     target = max(x.grid.log_factor, y.grid.log_factor)
     adaptive = options.number_of_buckets is None
-    x = x.coarsened_to(target, trim=adaptive)
-    y = x if same else y.coarsened_to(target, trim=adaptive)
+    x = x.coarsened_to(target, trim=adaptive, memo=memo)
+    y = x if same else y.coarsened_to(target, trim=adaptive, memo=memo)
     if options.number_of_buckets is None:
         # squaring leaves the content in the middle half: drop the empty indices
         x = x.trimmed(budget_per_step, options.max_buckets)
         y = x if same else y.trimmed(budget_per_step, options.max_buckets)
     n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
-    offsets = abs(x.grid.offset + y.grid.offset)
-    limit = int((MAX_LOSS_RANGE / x.grid.log_factor - offsets) / 2.0) // 2 * 2
-    if n > limit:                              # keep e^t of the full product in range
-        n = max(limit, 2)
-        x = x.restricted(n)
-        y = x if same else y.restricted(n)
+    if x.paper is not None:
+        offsets = abs(x.grid.offset + y.grid.offset)
+        limit = int((MAX_LOSS_RANGE / x.grid.log_factor - offsets) / 2.0) // 2 * 2
+        if n > limit:                  # the paper's buckets form e^t: keep it in range
+            n = max(limit, 2)
+            x = x.restricted(n)
+            y = x if same else y.restricted(n)
     x = x.padded(n)
     y = x if same else y.padded(n)
     # round-off above this share of the product's infinity budget buys a finer split
@@ -340,17 +409,37 @@ def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:
 
 
 class Composer:
-    """Composes histories with caches of binary powers and of composed prefixes.
+    """Composes histories in a canonical order, with caches (docs/method.md §3, §8).
 
-    The caches only ever store values the canonical order computes anyway, so a cached
-    and a fresh computation give bit-identical results.
+    Canonical order: each segment (pair, count) is its binary powers M^(2^k) folded from
+    the highest set bit down; the segments of a history are then combined as a binary
+    tree over aligned blocks: the history's length N is written in binary, the segments
+    are cut into consecutive blocks of 2^b segments for the set bits b from the highest
+    down, each block is the product of its two halves (recursively), and the blocks are
+    folded left to right.  The result is a function of the history alone, a history with
+    many distinct segments costs about one small composition per segment, and a history
+    that grows at its end recomputes only O(log N) blocks.
+
+    Thread safety: every cache holds immutable values (BucketSets, tuples), published
+    whole under one re-entrant lock that every composition holds, so concurrent callers
+    get bit-identical results and never see a half-built entry.
     """
 
     def __init__(self, options: BucketOptions = BucketOptions(), cache_size: int = 48):
         self.options = options
-        self._powers: "OrderedDict[tuple, list]" = OrderedDict()
-        self._prefix: "OrderedDict[tuple, BucketSet]" = OrderedDict()
+        self._lock = threading.RLock()
+        self._powers: "OrderedDict[tuple, tuple]" = OrderedDict()
+        self._values: "OrderedDict[tuple, BucketSet]" = OrderedDict()
+        self._coarsened: dict = {}
+        self._ids: dict = {}
+        self._bytes = 0
         self._cache_size = cache_size
+
+    def __getstate__(self):
+        return {"options": self.options, "cache_size": self._cache_size}
+
+    def __setstate__(self, state):
+        self.__init__(state["options"], state["cache_size"])
 
     # -- configuration ---------------------------------------------------------------
     def _config(self, delta: Optional[float], methods: FrozenSet[str], total_steps: int):
@@ -360,40 +449,99 @@ class Composer:
         return dq, budget, methods
 
     def _remember(self, key, value):
-        self._prefix[key] = value
-        self._prefix.move_to_end(key)
-        while len(self._prefix) > self._cache_size:
-            self._prefix.popitem(last=False)
+        old = self._values.pop(key, None)
+        if old is not None:
+            self._bytes -= _size(old)
+        self._values[key] = value
+        self._bytes += _size(value)
+        limit = _VALUE_CACHE_ENTRIES + 4 * self._cache_size
+        while len(self._values) > 8 and (len(self._values) > limit
+                                         or self._bytes > _VALUE_CACHE_BYTES):
+            _, old = self._values.popitem(last=False)
+            self._bytes -= _size(old)
+
+    def _intern(self, key) -> int:
+        ident = self._ids.get(key)
+        if ident is None:
+            if len(self._ids) > _INTERNED_KEYS:
+                # forget all names at once; ids are never reused, so values cached
+                # under old ids are simply never found again
+                self._ids.clear()
+                self._values.clear()
+                self._bytes = 0
+            ident = self._ids[key] = _next_id()
+        return ident
 
     def _power(self, pair, k: int, cfg) -> BucketSet:
         dq, budget, methods = cfg
         key = (pair, cfg)
         chain = self._powers.get(key)
         if chain is None:
-            chain = [BucketSet.leaf(pair, leaf_grid(pair, budget, self.options), methods)]
-            self._powers[key] = chain
-            while len(self._powers) > self._cache_size // 4:
-                self._powers.pop(next(iter(self._powers)))
+            cap = MAX_LOSS_RANGE / 8.0 if "paper" in methods else LEAF_LOSS_RANGE
+            chain = (BucketSet.leaf(pair, leaf_grid(pair, budget, self.options, cap), methods),)
         while len(chain) <= k:
             last = chain[-1]
-            chain.append(compose_sets(last, last, budget, self.options))
+            chain = chain + (compose_sets(last, last, budget, self.options, self._coarsened),)
+        # published whole (a new tuple), never extended in place
+        self._powers[key] = chain
+        self._powers.move_to_end(key)
+        while len(self._powers) > max(self._cache_size // 4, 1):
+            self._powers.popitem(last=False)
         return chain[k]
 
     def _segment(self, pair, count: int, cfg) -> BucketSet:
         bits = [b for b in range(count.bit_length() - 1, -1, -1) if (count >> b) & 1]
+        if len(bits) == 1:
+            return self._power(pair, bits[0], cfg)
         result = None
         for b in bits:
             key = ("seg", pair, cfg, count >> b, b)
-            hit = self._prefix.get(key)
+            hit = self._values.get(key)
             if hit is not None:
                 result = hit
-                self._prefix.move_to_end(key)
+                self._values.move_to_end(key)
                 continue
             power = self._power(pair, b, cfg)
             result = power if result is None else compose_sets(
-                result, power, cfg[1], self.options)
+                result, power, cfg[1], self.options, self._coarsened)
             self._remember(key, result)
         return result
+
+    def _block(self, ids, segments, start: int, size: int, cfg) -> BucketSet:
+        """The product of segments[start:start+size] (size a power of two): the product
+        of its two halves, cached under the interned name of its content."""
+        if size == 1:
+            pair, count = segments[start]
+            return self._segment(pair, count, cfg)
+        key = ("block", ids[(start, size)], cfg)
+        hit = self._values.get(key)
+        if hit is not None:
+            self._values.move_to_end(key)
+            return hit
+        half = size // 2
+        left = self._block(ids, segments, start, half, cfg)
+        right = self._block(ids, segments, start + half, half, cfg)
+        result = compose_sets(left, right, cfg[1], self.options, self._coarsened)
+        self._remember(key, result)
+        return result
+
+    def _names(self, segments, blocks):
+        """Interned names of every aligned block the canonical order uses."""
+        ids = {}
+        for i, seg in enumerate(segments):
+            ids[(i, 1)] = self._intern(("seg",) + tuple(seg))
+        for start, size in blocks:
+            self._name_block(ids, start, size)
+        return ids
+
+    def _name_block(self, ids, start, size):
+        key = (start, size)
+        if key not in ids:
+            half = size // 2
+            left = self._name_block(ids, start, half)
+            right = self._name_block(ids, start + half, half)
+            ids[key] = self._intern(("node", left, right))
+        return ids[key]
 
     def compose(self, history, delta: Optional[float] = None,
                 methods: Sequence[str] = ("split", "grouped")) -> Optional[BucketSet]:
@@ -403,17 +551,49 @@ class Composer:
         if unknown:
             raise ValueError(f"methods must be among {', '.join(METHODS)}, got {sorted(unknown)!r}")
         history = canonical_history(history)
+        if not history:
+            return None
         cfg = self._config(delta, methods, sum(count for _, count in history))
-        result = None
-        for i, (pair, count) in enumerate(history):
-            key = ("hist", history[: i + 1], cfg)
-            hit = self._prefix.get(key)
-            if hit is not None:
-                result = hit
-                self._prefix.move_to_end(key)
-                continue
-            seg = self._segment(pair, count, cfg)
-            result = seg if result is None else compose_sets(
-                result, seg, cfg[1], self.options)
-            self._remember(key, result)
-        return result
+        blocks = []
+        start = 0
+        for b in range(len(history).bit_length() - 1, -1, -1):
+            if (len(history) >> b) & 1:
+                blocks.append((start, 1 << b))
+                start += 1 << b
+        with self._lock:
+            ids = self._names(history, blocks)
+            result = None
+            for k, (start, size) in enumerate(blocks):
+                block = self._block(ids, history, start, size, cfg)
+                if result is None:
+                    result = block
+                    continue
+                key = ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg)
+                hit = self._values.get(key)
+                if hit is not None:
+                    self._values.move_to_end(key)
+                    result = hit
+                    continue
+                result = compose_sets(result, block, cfg[1], self.options, self._coarsened)
+                self._remember(key, result)
+            return result
+
+
+#: cached composed values per Composer: at most this many entries (plus 4 per
+#: cache_size) and about this many bytes of split rows
+_VALUE_CACHE_ENTRIES = 4096
+_VALUE_CACHE_BYTES = 256 * 2 ** 20
+#: interned block names before the table is reset
+_INTERNED_KEYS = 400_000
+_ID_LOCK = threading.Lock()
+_ID_COUNTER = [0]
+
+
+def _size(value: BucketSet) -> int:
+    return sum(rows.nbytes for rows in value._rows())
+
+
+def _next_id() -> int:
+    with _ID_LOCK:
+        _ID_COUNTER[0] += 1
+        return _ID_COUNTER[0]

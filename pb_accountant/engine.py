@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._validation import check_delta
+from ._validation import check_delta, check_epsilons
 from .buckets import LABEL_SLACK
 from .composition import BucketOptions, BucketSet, Composer, canonical_history
 from .convolution import UNIT_ROUNDOFF
@@ -108,10 +108,11 @@ class PrivacyBuckets:
         t = bs.grid.losses
         s = bs.split
         A, B = s.rows
-        with np.errstate(over="ignore", under="ignore"):
-            self._upper["split"] = [
-                ThresholdSum.build(t, A, A * np.exp(-t), s.a_inf + s.error[0], True),
-                ThresholdSum.build(-t, B, B * np.exp(t), s.b_minf + s.error[1], True)]
+        # every B-mass weight is passed factored (r, u: q = r e^{-u}): queries shift
+        # the exponent, so grids may reach any loss (docs/floating-point.md)
+        self._upper["split"] = [
+            ThresholdSum.build(t, A, A, t, s.a_inf + s.error[0], True),
+            ThresholdSum.build(-t, B, B, -t, s.b_minf + s.error[1], True)]
         if bs.grouped is not None:
             g = bs.grouped
             k = LABEL_SLACK
@@ -122,13 +123,13 @@ class PrivacyBuckets:
                     gA, gC = g.row("A"), g.row("C")
                     th = np.minimum(t + k, t + _log(gA) - _log(gC))
                     curves.append(ThresholdSum.build(
-                        np.nan_to_num(th, nan=-np.inf), gA, gC * np.exp(-t),
+                        np.nan_to_num(th, nan=-np.inf), gA, gC, t,
                         g.a_pinf - (g.row_error("A") + w * g.row_error("C")), False))
                 if "ba" in g.directions:
                     gB, gD = g.row("B"), g.row("D")
                     th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
                     curves.append(ThresholdSum.build(
-                        np.nan_to_num(th, nan=-np.inf), gB, gD * np.exp(t),
+                        np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
                         g.b_minf - (g.row_error("B") + w * g.row_error("D")), False))
             self._lower["grouped"] = curves
         if bs.paper is not None:
@@ -136,9 +137,9 @@ class PrivacyBuckets:
             lows = []
             for p in bs.paper:
                 pA, pV, _ = p.rows
-                with np.errstate(invalid="ignore"):
+                with np.errstate(invalid="ignore", divide="ignore"):
                     th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
-                lows.append(ThresholdSum.build(th, pA, pV * np.exp(-t),
+                lows.append(ThresholdSum.build(th, pA, pV, t,
                                                -(p.error[0] + p.error[1]), False))
             self._lower["paper"] = lows
 
@@ -195,9 +196,7 @@ class PrivacyBuckets:
     def delta_bounds(self, epsilon, method: Optional[str] = None) -> DeltaBounds:
         """Certified delta bounds at one epsilon or an array of them (one pass)."""
         scalar = np.ndim(epsilon) == 0
-        eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
-        if eps.size == 0 or not np.all(np.isfinite(eps)) or np.any(eps < 0):
-            raise ValueError(f"epsilon must be finite and in [0, inf), got {epsilon!r}")
+        eps = np.atleast_1d(np.asarray(check_epsilons(epsilon), dtype=float))
         lo = self.delta_lower(eps, None if method in (None, "split") else method)
         up = self.delta_upper(eps, method if method in (None, "split", "paper") else None)
         lo = np.minimum(lo, up)

@@ -73,7 +73,7 @@ def normal_interval_mass(lo, hi) -> np.ndarray:
         half = 0.5 * (h - l)
         mid = 0.5 * (h + l)
         z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
-        out[narrow] = half * (np.exp(-0.5 * z * z) @ _GL_WEIGHTS) * _INV_SQRT_2PI
+        out[narrow] = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
     wide = valid & ~narrow
     if np.any(wide):
         l, h = lo[wide], hi[wide]
@@ -162,8 +162,8 @@ class MechanismPair:
         a, _ = self.bucket_masses(t)
         mids = np.concatenate(([t[0]], t[:-1] + 0.5 * step, [t[-1]]))
         w = a / max(a.sum(), 1e-300)
-        mean = float(w @ mids)
-        return float(math.sqrt(max(float(w @ (mids - mean) ** 2), 0.0)))
+        mean = float(np.einsum("i,i->", w, mids))
+        return float(math.sqrt(max(float(np.einsum("i,i->", w, (mids - mean) ** 2)), 0.0)))
 
     def mirrored(self) -> "MechanismPair":
         """The same pair with A and B exchanged (the other neighbouring direction)."""

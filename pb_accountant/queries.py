@@ -22,44 +22,95 @@ from .convolution import UNIT_ROUNDOFF
 _U = UNIT_ROUNDOFF
 
 
+#: width (in loss) of the blocks that share one exponent shift; e^{eps - s} <= e^W
+_BLOCK_WIDTH = 256.0
+#: absolute allowance per term for underflow in shifted sums (each such error is at
+#: most 2^-1074 times e^{W + 1} < 1e-210; see docs/floating-point.md)
+_UNDERFLOW_PER_TERM = 1e-200
+
+
 @dataclass(frozen=True, eq=False)
 class ThresholdSum:
-    """F(eps) = const + sum_{theta_i > eps} (p_i - e^eps q_i), upper or lower side."""
+    """F(eps) = const + sum_{theta_i > eps} (p_i - e^eps q_i), upper or lower side.
+
+    q_i is given factored as r_i e^{-u_i} (u_i the loss the B-mass is scaled from), so
+    no e^{t} is ever formed: the terms are grouped into blocks of thresholds at most
+    ``_BLOCK_WIDTH`` wide and each block's tail sums are kept scaled by e^{s_b}
+    (s_b its smallest threshold).  A query evaluates e^{eps - s_b} (eps - s_b <= W),
+    so epsilons of any size are answered without overflow (docs/floating-point.md).
+    All tables are built once, in the constructor: the object is immutable.
+    """
 
     theta: np.ndarray     # ascending
-    p: np.ndarray
-    q: np.ndarray
+    P: np.ndarray         # P[k] = sum_{i >= k} p_i
+    Qs: np.ndarray        # Qs[k] = e^{s_b(k)} sum_{i >= k} q_i
+    block: np.ndarray     # block of position k (k = len: the last block, Qs = 0)
+    shift: np.ndarray     # s_b
     const: float
     upper: bool           # True: round-off is added; False: subtracted and clamped at 0
+    slack_factor: float   # relative round-off allowance on P[k]
+    absolute: float       # underflow allowance
 
     @staticmethod
-    def build(theta, p, q, const, upper) -> "ThresholdSum":
+    def build(theta, p, r, u, const, upper) -> "ThresholdSum":
+        """Terms p_i - e^eps r_i e^{-u_i} for eps < theta_i; needs theta_i <= u_i + 0.05
+        (every included term then has e^eps q_i <= e^0.05 p_i)."""
         theta = np.asarray(theta, dtype=float)
+        p = np.asarray(p, dtype=float)
+        r = np.asarray(r, dtype=float)
+        u = np.asarray(u, dtype=float)
         keep = (p > 0) & (theta > -np.inf)
-        order = np.argsort(theta[keep], kind="stable")
-        return ThresholdSum(theta[keep][order], np.asarray(p)[keep][order],
-                            np.asarray(q)[keep][order], float(const), upper)
+        theta, p, r, u = theta[keep], p[keep], r[keep], u[keep]
+        if not upper:
+            # a lower threshold only drops terms (the bound gets smaller: still sound)
+            theta = np.minimum(theta, u + 0.05)
+        elif np.any(theta > u + 0.05):
+            raise RuntimeError("ThresholdSum: an upper-bound threshold exceeds its loss")
+        order = np.argsort(theta, kind="stable")
+        theta, p, r, u = theta[order], p[order], r[order], u[order]
+        m = len(theta)
+        P = np.concatenate((np.cumsum(p[::-1])[::-1], [0.0]))
+        Qs = np.zeros(m + 1)
+        block = np.zeros(m + 1, dtype=np.int64)
+        if m:
+            ids = np.floor((theta - theta[0]) / _BLOCK_WIDTH)
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(ids)) + 1))
+        else:
+            starts = np.zeros(0, dtype=np.int64)
+        ends = np.concatenate((starts[1:], [m])).astype(np.int64)
+        shift = theta[starts] if m else np.zeros(1)
+        tail = 0.0                         # sum of later blocks, scaled by e^{s_{b+1}}
+        with np.errstate(under="ignore"):
+            for b in range(len(starts) - 1, -1, -1):
+                lo, hi = int(starts[b]), int(ends[b])
+                w = r[lo:hi] * np.exp(np.minimum(shift[b] - u[lo:hi], 0.05))
+                later = tail * math.exp(shift[b] - shift[b + 1]) if b + 1 < len(starts) else 0.0
+                Qs[lo:hi] = np.cumsum(w[::-1])[::-1] + later
+                block[lo:hi] = b
+                tail = float(Qs[lo])
+        if m:
+            block[m] = len(starts) - 1
+        nblocks = max(len(starts), 1)
+        slack_factor = 4.0 * (m + 2 + 4 * nblocks + 8) * _U
+        absolute = (m + 4 * nblocks + 4) * _UNDERFLOW_PER_TERM
+        return ThresholdSum(theta, P, Qs, block, np.asarray(shift, dtype=float), float(const),
+                            upper, slack_factor, absolute)
 
-    def _tails(self):
-        # reverse cumulative sums: P[k] = sum_{i >= k} p_i in ascending-theta order
-        cache = getattr(self, "_cache", None)
-        if cache is None:
-            P = np.concatenate((np.cumsum(self.p[::-1])[::-1], [0.0]))
-            Q = np.concatenate((np.cumsum(self.q[::-1])[::-1], [0.0]))
-            cache = (P, Q)
-            object.__setattr__(self, "_cache", cache)
-        return cache
+    def _terms(self, eps):
+        """(P[k], e^eps Q[k]) at the first threshold above each eps."""
+        eps = np.asarray(eps, dtype=float)
+        k = np.searchsorted(self.theta, eps, side="right")
+        x = eps - self.shift[self.block[k]]
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            eQ = np.exp(x) * self.Qs[k]
+        eQ = np.where(self.Qs[k] > 0, eQ, 0.0)
+        return k, self.P[k], eQ
 
     def __call__(self, eps) -> np.ndarray:
         """Vectorised bound (with a cumulative-sum round-off allowance)."""
-        eps = np.asarray(eps, dtype=float)
-        P, Q = self._tails()
-        k = np.searchsorted(self.theta, eps, side="right")
-        with np.errstate(over="ignore", invalid="ignore"):
-            eQ = np.exp(eps) * Q[k]
-            body = np.where(Q[k] > 0, P[k] - eQ, P[k])
-        slack = 4.0 * (len(self.p) + 2) * _U * P[k]
-        body = np.maximum(body, 0.0)
+        _, P, eQ = self._terms(eps)
+        body = np.maximum(P - eQ, 0.0)
+        slack = self.slack_factor * P + self.absolute
         if self.upper:
             return np.minimum(self.const + body + slack, 1.0)
         return np.maximum(self.const + body - slack, 0.0)
@@ -68,7 +119,6 @@ class ThresholdSum:
         """Smallest eps >= 0 with F(eps) <= delta (inf if none), from the closed form."""
         if self(0.0) <= delta:
             return 0.0
-        P, Q = self._tails()
         pts = self.theta[self.theta > 0.0]
         if len(pts) == 0 or self(pts[-1]) > delta:
             return math.inf
@@ -77,10 +127,12 @@ class ThresholdSum:
         lo = 0.0 if j == 0 else float(pts[j - 1])
         hi = float(pts[j])
         k = int(np.searchsorted(self.theta, lo, side="right"))
-        slack_factor = 4.0 * (len(self.p) + 2) * _U
-        K = self.const + P[k] * (1.0 + (slack_factor if self.upper else -slack_factor)) - delta
-        if Q[k] > 0 and K > 0:
-            x = math.log(K / Q[k])
+        sign = 1.0 if self.upper else -1.0
+        K = (self.const + self.P[k] * (1.0 + sign * self.slack_factor)
+             + sign * self.absolute - delta)
+        Qs = self.Qs[k]
+        if Qs > 0 and K > 0:
+            x = math.log(K / Qs) + float(self.shift[self.block[k]])
             return float(min(max(x, lo), hi))
         return hi
 

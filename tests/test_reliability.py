@@ -1,0 +1,313 @@
+"""Reliability of the engine and the accountant (issue 9): per-step schedules, large
+epsilons, calibration through Opacus, and the accountant's smaller contract gaps."""
+import copy
+import json
+import math
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from scipy import special
+from scipy.optimize import brentq
+
+from pb_accountant import PrivacyBucketsAccountant, SubsampledGaussian, compose
+
+DELTA = 1e-5
+
+
+def gaussian_delta_stable(eps, mu):
+    """delta(eps) of the Gaussian mechanism, in log space (no overflow at large eps)."""
+    return (math.exp(special.log_ndtr(-eps / mu + mu / 2))
+            - math.exp(eps + special.log_ndtr(-eps / mu - mu / 2)))
+
+
+def gaussian_epsilon_stable(delta, mu):
+    return brentq(lambda e: gaussian_delta_stable(e, mu) - delta, 0.0, 1e5, xtol=1e-12)
+
+
+def fresh(history, **options):
+    acc = PrivacyBucketsAccountant(**options)
+    acc.history = history
+    return acc
+
+
+# ------------------------------------------------------------------------------------
+# per-step schedules: every step its own noise multiplier
+# ------------------------------------------------------------------------------------
+
+def _pld_epsilon(history, delta, pessimistic):
+    pld_lib = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    plds = [pld_lib.from_gaussian_mechanism(
+        s, sampling_prob=q, value_discretization_interval=1e-3,
+        pessimistic_estimate=pessimistic, use_connect_dots=pessimistic)
+        for s, q, _ in history]
+    while len(plds) > 1:
+        plds = [plds[i].compose(plds[i + 1]) if i + 1 < len(plds) else plds[i]
+                for i in range(0, len(plds), 2)]
+    return plds[0].get_epsilon_for_delta(delta)
+
+
+def test_per_step_schedule_is_finite_tight_and_brackets_pld():
+    rng = np.random.default_rng(7)
+    history = [(float(s), 0.01, 1) for s in rng.uniform(0.8, 1.5, size=150)]
+    b = fresh(history).get_epsilon_bounds(DELTA)
+    assert 0.0 < b.lower <= b.upper < math.inf
+    assert b.width < 2e-3
+    pessimistic = _pld_epsilon(history, DELTA, True)
+    optimistic = _pld_epsilon(history, DELTA, False)
+    assert b.lower <= pessimistic
+    assert b.upper >= optimistic
+    assert b.upper <= pessimistic * 1.002        # PLD at discretization 1e-3
+
+
+def test_decreasing_noise_ramp_stays_finite_and_no_mass_is_lost():
+    """The audit's ramp (shortened): the lossy trim used to push it to inf."""
+    n = 300
+    history = [(1.5 - 0.7 * i / (n - 1), 0.01, 1) for i in range(n)]
+    acc = fresh(history)
+    b = acc.get_epsilon_bounds(DELTA)
+    assert 0.0 < b.lower <= b.upper < math.inf
+    assert b.width < 2e-3
+    # the composition keeps (almost) no mass in the infinity atoms
+    buckets = acc._composer.compose(acc._pairs(history), DELTA, ("split",))
+    assert buckets.split.a_inf < 1e-3 * DELTA and buckets.split.b_minf < 1e-3 * DELTA
+
+
+def test_cropping_after_squaring_is_lossless():
+    from pb_accountant.composition import (BucketOptions, BucketSet, leaf_grid,
+                                           per_step_infinity_budget)
+    for sigma in (0.8, 1.2, 1.5):
+        pair = SubsampledGaussian(sigma, 0.01)
+        grid = leaf_grid(pair, per_step_infinity_budget(1e-5), BucketOptions())
+        leaf = BucketSet.leaf(pair, grid, frozenset({"split", "grouped"}))
+        for k in range(1, 8):
+            target = grid.log_factor * 2 ** k
+            cropped = leaf.coarsened_to(target, trim=True)
+            full = leaf.coarsened_to(target, trim=False)
+            assert cropped.grid.number_of_buckets <= full.grid.number_of_buckets
+            assert cropped.split.a_inf == full.split.a_inf
+            assert cropped.split.b_minf == full.split.b_minf
+            assert np.array_equal(np.sort(cropped.split.rows[0][cropped.split.rows[0] > 0]),
+                                  np.sort(full.split.rows[0][full.split.rows[0] > 0]))
+            assert cropped.split.rows.sum() == pytest.approx(full.split.rows.sum(), rel=1e-15)
+
+
+def test_schedule_order_of_composition_is_a_function_of_the_history():
+    history = [(1.0 + 0.01 * i, 0.02, 1 + i % 3) for i in range(13)]
+    incremental = PrivacyBucketsAccountant()
+    for sigma, q, count in history:
+        for _ in range(count):
+            incremental.step(noise_multiplier=sigma, sample_rate=q)
+        incremental.get_epsilon(DELTA)
+    assert incremental.history == history
+    assert tuple(incremental.get_epsilon_bounds(DELTA)) == tuple(
+        fresh(history).get_epsilon_bounds(DELTA))
+
+
+# ------------------------------------------------------------------------------------
+# large epsilons: no ceiling, no cliff
+# ------------------------------------------------------------------------------------
+
+def test_gaussian_thousand_steps_q1_is_finite_and_brackets_closed_form():
+    b = fresh([(1.0, 1.0, 1000)]).get_epsilon_bounds(DELTA)
+    exact = gaussian_epsilon_stable(DELTA, math.sqrt(1000))
+    assert 600 < exact < 700
+    assert b.lower <= exact <= b.upper < math.inf
+    assert b.width < 1e-3
+
+
+def test_engine_answers_beyond_the_old_range_and_brackets_pld():
+    pb = compose([(SubsampledGaussian(0.5, 0.2), 4000)], delta=1e-6)
+    b = pb.epsilon_bounds(1e-6)                    # used to raise ValueError (|loss| > 700)
+    assert 0.0 < b.lower <= b.upper < math.inf
+    assert b.width < 2e-3
+    pld_lib = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    eps = {}
+    for pessimistic in (True, False):
+        pld = pld_lib.from_gaussian_mechanism(
+            0.5, sampling_prob=0.2, value_discretization_interval=1e-2,
+            pessimistic_estimate=pessimistic, use_connect_dots=pessimistic)
+        eps[pessimistic] = pld.self_compose(4000).get_epsilon_for_delta(1e-6)
+    assert b.lower <= eps[True]
+    assert b.upper >= eps[False]
+    db = pb.delta_bounds(np.array([0.0, 100.0, b.upper, 2000.0]))
+    assert np.all(np.isfinite(db.upper)) and np.all(db.lower <= db.upper)
+    assert db.upper[2] <= 1e-6
+
+
+def test_epsilon_is_continuous_in_sigma_at_large_epsilon():
+    """No cliff: the certified epsilon grows smoothly as sigma shrinks."""
+    sigmas = [0.2, 0.15, 0.1, 0.07, 0.05]
+    ups = [fresh([(s, 0.5, 100)]).get_epsilon(DELTA) for s in sigmas]
+    assert all(math.isfinite(u) for u in ups)
+    assert all(a < b for a, b in zip(ups, ups[1:]))
+    assert ups[-1] > 1000
+
+
+# ------------------------------------------------------------------------------------
+# calibration through Opacus terminates and certifies the target
+# ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sample_rate,steps", [(0.5, 10), (0.01, 50)])
+@pytest.mark.parametrize("target", [0.01, 1, 10, 100, 1000, 5000])
+def test_opacus_get_noise_multiplier_returns_a_certified_sigma(sample_rate, steps, target):
+    pytest.importorskip("opacus")
+    import pb_accountant  # noqa: F401  (registers "pb" and wraps the search)
+    from opacus.accountants import utils
+
+    sigma = utils.get_noise_multiplier(target_epsilon=target, target_delta=DELTA,
+                                       sample_rate=sample_rate, steps=steps,
+                                       accountant="pb")
+    up = fresh([(sigma, sample_rate, steps)]).get_epsilon(DELTA)
+    assert up <= target
+    assert up >= min(target - 0.01, 0.9 * target) or target <= 0.01
+
+
+def test_make_private_with_epsilon_uses_the_bounded_search():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("opacus")
+    import pb_accountant  # noqa: F401
+    from opacus import PrivacyEngine
+    from opacus import privacy_engine as pe_module
+    from opacus.accountants import utils
+
+    assert pe_module.get_noise_multiplier is utils.get_noise_multiplier
+    assert getattr(utils.get_noise_multiplier, "_pb_wrapped", False)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(20, 3), torch.randn(20, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=10)
+    engine = PrivacyEngine(accountant="pb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, opt, _ = engine.make_private_with_epsilon(
+            module=model, optimizer=optimizer, data_loader=loader, target_epsilon=1000.0,
+            target_delta=DELTA, epochs=2, max_grad_norm=1.0)
+    sigma = opt.noise_multiplier
+    up = fresh([(sigma, 0.5, 4)]).get_epsilon(DELTA)
+    assert up <= 1000.0
+
+
+def test_calibration_that_cannot_be_certified_says_why():
+    from pb_accountant._opacus_hook import calibrated_noise_multiplier
+    with pytest.raises(ValueError, match="cannot be certified"):
+        calibrated_noise_multiplier(target_epsilon=0.01, target_delta=1e-300,
+                                    sample_rate=0.5, steps=10, max_sigma=100.0)
+
+
+# ------------------------------------------------------------------------------------
+# the accountant's smaller gaps (item 5)
+# ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["1", True, None, float("nan"), -1.0, [0.5, "x"], [True]])
+def test_get_delta_validates_epsilon_like_get_epsilon(bad):
+    acc = fresh([(1.0, 0.02, 5)])
+    with pytest.raises(ValueError, match="epsilon"):
+        acc.get_delta(bad)
+    with pytest.raises(ValueError, match="epsilon"):
+        acc.get_delta_bounds(bad)
+    assert acc.history == [(1.0, 0.02, 5)]
+
+
+@pytest.mark.parametrize("bad", ["x", 5, [("history", [])], object()])
+def test_load_state_dict_rejects_non_mappings_with_value_error(bad):
+    acc = fresh([(1.0, 0.02, 5)])
+    with pytest.raises(ValueError, match="state_dict"):
+        acc.load_state_dict(bad)
+    assert acc.history == [(1.0, 0.02, 5)]
+
+
+@pytest.mark.parametrize("history,pattern", [
+    ([(1.0, 0.01, 2.5)], r"history\[0\] num_steps"),
+    ([(1.0, 0.01, 5), (1.0, 2.0, 1)], r"history\[1\] sample_rate"),
+    ("abc", "history"),
+])
+def test_history_is_validated_when_assigned(history, pattern):
+    acc = fresh([(1.0, 0.01, 3)])
+    with pytest.raises(ValueError, match=pattern):
+        acc.history = history
+    assert acc.history == [(1.0, 0.01, 3)]
+    acc.step(noise_multiplier=1.0, sample_rate=0.01)
+    assert acc.history == [(1.0, 0.01, 4)] and len(acc) == 4
+
+
+def test_history_accepts_opacus_forms_and_stays_a_plain_list():
+    acc = PrivacyBucketsAccountant()
+    acc.history = [[1.0, 0.01, 3], (2, 0.5, 1)]                # JSON lists, ints
+    assert type(acc.history) is list
+    assert acc.history == [(1.0, 0.01, 3), (2.0, 0.5, 1)]
+    acc.step(noise_multiplier=2.0, sample_rate=0.5)
+    assert acc.history == [(1.0, 0.01, 3), (2.0, 0.5, 2)] and len(acc) == 5
+
+
+def test_step_refuses_to_extend_an_entry_corrupted_in_place():
+    acc = fresh([(1.0, 0.01, 3)])
+    acc.history[-1] = (1.0, 0.01, 2.5)                       # bypasses the setter
+    with pytest.raises(ValueError, match="num_steps"):
+        acc.step(noise_multiplier=1.0, sample_rate=0.01)
+
+
+def test_pickle_and_deepcopy_carry_history_and_options_only():
+    acc = fresh([(1.0, 0.02, 300)], resolution=0.02)
+    before = acc.get_epsilon_bounds(DELTA)
+    blob = pickle.dumps(acc)
+    assert len(blob) < 2000
+    for clone in (pickle.loads(blob), copy.deepcopy(acc)):
+        assert clone.history == acc.history
+        assert clone.options == acc.options
+        assert tuple(clone.get_epsilon_bounds(DELTA)) == tuple(before)
+        clone.step(noise_multiplier=1.0, sample_rate=0.02)      # a working lock
+    assert acc.history == [(1.0, 0.02, 300)]
+
+
+def test_state_dict_carries_options_and_a_mismatch_is_refused():
+    acc = fresh([(1.0, 0.02, 30)], resolution=0.02)
+    state = json.loads(json.dumps(acc.state_dict()))
+    assert state["options"]["resolution"] == 0.02
+    same = PrivacyBucketsAccountant(resolution=0.02)
+    same.load_state_dict(state)
+    assert tuple(same.get_epsilon_bounds(DELTA)) == tuple(acc.get_epsilon_bounds(DELTA))
+    other = fresh([(1.0, 0.02, 1)])
+    with pytest.raises(ValueError, match="resolution"):
+        other.load_state_dict(state)
+    assert other.history == [(1.0, 0.02, 1)]
+    with pytest.raises(ValueError, match="options"):
+        other.load_state_dict(dict(state, options={"bogus": 1}))
+    # Opacus-style states without options still load
+    other.load_state_dict({"history": [[1.0, 0.02, 7]], "mechanism": "pb"})
+    assert other.history == [(1.0, 0.02, 7)]
+
+
+def test_engine_limits_are_reported_loudly_and_bugs_propagate(monkeypatch):
+    acc = fresh([(1.0, 0.02, 30)])
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(acc._composer, "compose", out_of_memory)
+    with pytest.warns(RuntimeWarning, match="engine limit"):
+        b = acc.get_epsilon_bounds(DELTA)
+    assert b.upper == math.inf and b.lower == 0.0
+    assert any("MemoryError" in n for n in b.notes)
+
+    def bug(*args, **kwargs):
+        raise RuntimeError("an internal bug")
+
+    monkeypatch.setattr(acc._composer, "compose", bug)
+    with pytest.raises(RuntimeError, match="internal bug"):
+        acc.get_epsilon(DELTA)
+    # user errors are still ValueErrors, raised before the engine runs
+    with pytest.raises(ValueError, match="delta"):
+        acc.get_epsilon(2.0)
+
+
+def test_calibration_below_the_certified_floor_raises_instead_of_searching():
+    """The audit's delta = 1e-30 case: no sigma certifies it (round-off floor)."""
+    pytest.importorskip("opacus")
+    import pb_accountant  # noqa: F401
+    from opacus.accountants import utils
+
+    with pytest.raises(ValueError, match="cannot be certified"):
+        utils.get_noise_multiplier(target_epsilon=1000, target_delta=1e-30, sample_rate=0.5,
+                                   steps=1000, accountant="pb")
