@@ -50,7 +50,7 @@ def _pld_epsilon(history, delta, pessimistic):
 
 def test_per_step_schedule_is_finite_tight_and_brackets_pld():
     rng = np.random.default_rng(7)
-    history = [(float(s), 0.01, 1) for s in rng.uniform(0.8, 1.5, size=150)]
+    history = [(float(s), 0.01, 1) for s in rng.uniform(0.8, 1.5, size=200)]
     b = fresh(history).get_epsilon_bounds(DELTA)
     assert 0.0 < b.lower <= b.upper < math.inf
     assert b.width < 2e-3
