@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -200,16 +201,20 @@ class OutputError(Exception):
 
 
 def check_output_path(option: str, path: str) -> str:
-    """``path`` if a file can be created there, else OutputError naming ``option``."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """``path`` if a file can be created there, else OutputError naming ``option``
+    (a link counts as its target; a FIFO or device is refused, never replaced)."""
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
     shown = os.path.dirname(path) or "."
-    if os.path.isdir(path):
+    if os.path.isdir(real):
         raise OutputError(f"{option}: {path} is a folder, not a file name")
+    if os.path.exists(real) and not os.path.isfile(real):
+        raise OutputError(f"{option}: {path} exists and is not a regular file")
     if not os.path.isdir(folder):
         raise OutputError(f"{option}: cannot write {path}: folder {shown} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{option}: cannot write {path}: folder {shown} is not writable")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
+    if os.path.exists(real) and not os.access(real, os.W_OK):
         raise OutputError(f"{option}: cannot write {path}: the file is read-only")
     return path
 
@@ -221,7 +226,12 @@ class AtomicFiles:
         self._pending: List[tuple] = []
 
     def write(self, option: str, path: str, writer: Callable[[str], None]) -> None:
-        folder = os.path.dirname(os.path.abspath(path))
+        # a link is followed (its target is what gets replaced); anything that exists
+        # and is not a regular file (a FIFO, a device) is refused, never replaced
+        path = os.path.realpath(path)
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise OutputError(f"{option}: {path} exists and is not a regular file")
+        folder = os.path.dirname(path)
         base = os.path.basename(path)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder)
@@ -238,7 +248,11 @@ class AtomicFiles:
         umask = os.umask(0)
         os.umask(umask)
         for tmp, path in self._pending:
-            os.chmod(tmp, 0o666 & ~umask)       # as open() would have made it
+            try:                                 # an existing file keeps its mode
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+            except FileNotFoundError:
+                mode = 0o666 & ~umask            # as open() would have made it
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
         self._pending = []
 

@@ -667,3 +667,27 @@ def test_python_dash_m_integrations_works():
                            "--sample-rate", "0.05", "--steps", "5", "--delta", "1e-5", "--json"],
                           capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and json.loads(proc.stdout)["steps"] == 5
+
+
+def test_curve_outputs_follow_links_keep_modes_and_never_replace_special_files(
+        capsys, tmp_path, monkeypatch):
+    """A link's target is written (the link stays a link), an existing file keeps its
+    mode, and a FIFO (or a device: same check) is refused with exit 2 and left as it is."""
+    import stat
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "target.csv"
+    target.write_text("old\n")
+    target.chmod(0o600)
+    (tmp_path / "link.csv").symlink_to(target)
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--csv", "link.csv", "--num", 3)
+    assert status == 0, err
+    assert (tmp_path / "link.csv").is_symlink()
+    assert target.read_text().startswith("epsilon,delta_lower,delta_upper")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    status, out, err = cli(capsys, "curve", "--sigma", 1.0, "--sample-rate", 0.05,
+                           "--steps", 60, "--csv", "fifo.csv", "--num", 3)
+    assert status == 2 and "not a regular file" in err
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
