@@ -24,7 +24,8 @@ class BudgetStateError(RuntimeError):
 
 
 def accountant_state(accountant: Any) -> Optional[dict]:
-    """The accountant's ``state_dict()`` as plain JSON data (history + mechanism).
+    """The accountant's ``state_dict()`` as plain JSON data (history, mechanism and, for
+    pb, the constructor options, so a resumed accountant with other options is refused).
 
     History entries become ``[noise_multiplier, sample_rate, num_steps]`` lists; JSON
     round-trips these floats exactly, so a restored accountant has the same history and
@@ -35,7 +36,10 @@ def accountant_state(accountant: Any) -> Optional[dict]:
         return None
     state = getter()
     history = [[float(e[0]), float(e[1]), int(e[2])] for e in state["history"]]
-    return {"history": history, "mechanism": state.get("mechanism")}
+    out = {"history": history, "mechanism": state.get("mechanism")}
+    if state.get("options") is not None:           # pb's constructor options ride along
+        out["options"] = dict(state["options"])
+    return out
 
 
 def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
@@ -52,14 +56,19 @@ def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
         raise ValueError(f"saved accountant state must be a dict with 'history', got {state!r}")
     saved = [tuple(entry) for entry in state["history"]]
     current = [tuple(entry) for entry in (getattr(accountant, "history", None) or [])]
+    full = {"history": saved, "mechanism": state.get("mechanism")}
+    if state.get("options") is not None:
+        full["options"] = state["options"]
     if current == saved:
+        if "options" in full:
+            accountant.load_state_dict(full)   # raises if the options differ
         return "matched"
     if steps_taken(accountant):
         raise ValueError(
             f"the accountant already holds {steps_taken(accountant)} steps ({current!r}), which "
             f"differ from the checkpoint's {sum(int(e[2]) for e in saved)} steps ({saved!r}); "
             "load the checkpoint into a fresh accountant")
-    accountant.load_state_dict({"history": saved, "mechanism": state.get("mechanism")})
+    accountant.load_state_dict(full)           # raises (unchanged) if the options differ
     return "loaded"
 
 

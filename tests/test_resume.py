@@ -7,6 +7,7 @@ run must end with the same accountant history, bitwise the same bounds, and the 
 must stop at the same step.  A resume that finds no budget state must not silently
 start from zero.
 """
+import json
 import os
 
 import pytest
@@ -281,3 +282,22 @@ def test_huggingface_resume_without_budget_state_refuses(tmp_path):
     os.remove(run / "checkpoint-5" / STATE_FILE)
     with pytest.raises(BudgetStateError, match="forgotten"):
         _hf_run(transformers, th, run, resume=str(run / "checkpoint-5"))
+
+
+def test_saved_budget_state_carries_the_accountant_options():
+    """A checkpoint of an accountant with non-default options never resumes silently
+    into one with other options (the bounds would differ)."""
+    from pb_accountant import PrivacyBucketsAccountant
+    from pb_accountant.integrations._common import accountant_state, restore_accountant
+    tuned = PrivacyBucketsAccountant(number_of_buckets=200, factor=1.01)
+    for _ in range(30):
+        tuned.step(noise_multiplier=1.0, sample_rate=0.05)
+    state = json.loads(json.dumps(accountant_state(tuned)))
+    assert state["options"]["number_of_buckets"] == 200
+    default = PrivacyBucketsAccountant()
+    with pytest.raises(ValueError, match="number_of_buckets"):
+        restore_accountant(default, state)
+    assert default.history == []
+    same = PrivacyBucketsAccountant(number_of_buckets=200, factor=1.01)
+    assert restore_accountant(same, state) == "loaded"
+    assert same.get_epsilon_bounds(1e-5) == tuned.get_epsilon_bounds(1e-5)
