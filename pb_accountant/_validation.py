@@ -28,11 +28,19 @@ __all__ = ["MIN_NOISE", "MAX_NOISE", "check_real", "check_count", "check_array",
 MIN_NOISE, MAX_NOISE = 1e-6, 1e12
 
 
-def _range_text(low, high, low_open=False, high_open=False) -> str:
-    lo_b = "(" if low_open else "["
-    hi_b = ")" if high_open else "]"
-    lo = "-inf" if low is None else repr(low)
-    hi = "inf" if high is None else repr(high)
+def _number_text(x) -> str:
+    """Shortest exact text of an endpoint: 0, 1, 0.5, 1e-06, 1e+12 (repr if %g rounds)."""
+    if isinstance(x, float):
+        short = f"{x:g}"
+        return short if float(short) == x else repr(x)
+    return repr(x)
+
+
+def _range_text(low, high, low_open=False, high_open=False, allow_inf=False) -> str:
+    lo_b = "(" if low_open or low is None else "["
+    hi_b = ")" if high_open or (high is None and not allow_inf) else "]"
+    lo = "-inf" if low is None else _number_text(low)
+    hi = "inf" if high is None else _number_text(high)
     return f"{lo_b}{lo}, {hi}{hi_b}"
 
 
@@ -49,7 +57,7 @@ def check_real(name: str, value, *, low=None, high=None, low_open=False, high_op
                allow_inf=False) -> float:
     """Return ``value`` as a float after checking it lies in the stated interval."""
     value = _scalar(value)
-    rng = _range_text(low, high, low_open, high_open)
+    rng = _range_text(low, high, low_open, high_open, allow_inf)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number in {rng}, got {value!r}")
     x = float(value)
@@ -86,7 +94,7 @@ def check_array(name, values, *, low=None, high=None, low_open=False, high_open=
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be an array of real numbers, got {values!r}") from None
-    rng = _range_text(low, high, low_open, high_open)
+    rng = _range_text(low, high, low_open, high_open, allow_inf)
     if nonempty and arr.size == 0:
         raise ValueError(f"{name} must be a non-empty array of numbers in {rng}, got {values!r}")
     if np.isnan(arr).any():
@@ -132,9 +140,9 @@ def check_noise_multiplier(value, name: str = "noise_multiplier", *,
     """
     if not allow_zero:
         return check_real(name, value, low=MIN_NOISE, high=MAX_NOISE)
-    sigma = check_real(name, value, low=0.0, high=MAX_NOISE)
-    if 0.0 < sigma < MIN_NOISE:
-        raise ValueError(f"{name} must be 0 or in [{MIN_NOISE!r}, {MAX_NOISE!r}], "
+    sigma = check_real(name, value, allow_inf=True)      # a real number, not NaN
+    if not (sigma == 0.0 or MIN_NOISE <= sigma <= MAX_NOISE):
+        raise ValueError(f"{name} must be 0 or in {_range_text(MIN_NOISE, MAX_NOISE)}, "
                          f"got {value!r}")
     return sigma
 

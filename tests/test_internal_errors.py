@@ -68,7 +68,7 @@ def test_user_errors_are_value_errors_before_any_state_change():
             acc.step(**kwargs)
         assert "got" in str(info.value)
         assert acc.history == [(1.0, 0.02, 3)]
-    with pytest.raises(ValueError, match=r"delta must be in \(0\.0, 1\.0\), got 2\.0"):
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 1\), got 2\.0"):
         acc.get_epsilon(2.0)
 
 
@@ -79,20 +79,20 @@ def test_noise_rule_step_accepts_zero_but_a_gaussian_pair_needs_noise():
     acc.step(noise_multiplier=0.0, sample_rate=0.01)   # a step without noise (Opacus allows)
     assert acc.get_epsilon(0.02) < math.inf            # mass q = 0.01 < delta: finite
     assert acc.get_epsilon(0.005) == math.inf          # below delta = q nothing certifies
-    with pytest.raises(ValueError, match=r"must be 0 or in \[1e-06, 1000000000000\.0\]"):
+    with pytest.raises(ValueError, match=r"must be 0 or in \[1e-06, 1e\+12\]"):
         acc.step(noise_multiplier=1e-9, sample_rate=0.01)
     with pytest.raises(ValueError, match=r"noise_multiplier must be in \[1e-06, "):
         SubsampledGaussian(0.0, 0.01)
-    with pytest.raises(ValueError, match=r"sample_rate must be in \(0\.0, 1\.0\]"):
+    with pytest.raises(ValueError, match=r"sample_rate must be in \(0, 1\]"):
         SubsampledGaussian(1.0, 0.0)
 
 
 def test_validation_messages_name_parameter_range_and_value():
     from pb_accountant._validation import (check_array, check_choice, check_count, check_delta,
                                            check_noise_multiplier, check_real)
-    with pytest.raises(ValueError, match=r"^tol must be in \(0\.0, 1\.0\], got 0$"):
+    with pytest.raises(ValueError, match=r"^tol must be in \(0, 1\], got 0$"):
         check_real("tol", 0, low=0.0, high=1.0, low_open=True)
-    with pytest.raises(ValueError, match=r"^x must be a finite number in \[0\.0, inf\], got nan$"):
+    with pytest.raises(ValueError, match=r"^x must be a finite number in \[0, inf\), got nan$"):
         check_real("x", float("nan"), low=0.0)
     with pytest.raises(ValueError, match=r"^x must be a real number"):
         check_real("x", True)
@@ -120,7 +120,7 @@ def test_integrations_share_the_rules():
             BudgetGuard(acc, 1.0, bad)
     with pytest.raises(ValueError, match=r"every_n_steps must be an integer >= 1, got 0"):
         BudgetTracker(acc, DELTA, every_n_steps=0)
-    with pytest.raises(ValueError, match=r"max_epsilon must be in \[0\.0, inf\], got -1"):
+    with pytest.raises(ValueError, match=r"max_epsilon must be in \[0, inf\], got -1"):
         BudgetGuard(acc, -1, DELTA)
     guard = BudgetGuard(acc, math.inf, DELTA)          # inf: a guard that never stops
     assert guard.max_epsilon == math.inf
