@@ -128,6 +128,8 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     tol = check_real("tol", tol, low=0.0, high=1.0, low_open=True)
     tol = max(tol, MIN_RELATIVE_TOLERANCE)
     max_evaluations = check_count("max_evaluations", max_evaluations, minimum=2)
+    # a search over Gaussian noise: sigma >= MIN_NOISE (sigma = 0, which a training step
+    # may have, is never an answer: it certifies nothing below delta = q)
     s_min = check_real("min_noise_multiplier", min_noise_multiplier, low=MIN_NOISE,
                        high=MAX_NOISE)
     s_max = check_real("max_noise_multiplier", max_noise_multiplier, low=s_min,

@@ -20,12 +20,12 @@ from typing import Tuple
 import numpy as np
 from scipy import special
 
-from ._validation import MAX_NOISE, MIN_NOISE, check_noise_multiplier, check_real, check_sample_rate
+from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa: F401
+                          check_real, check_sample_rate)
 
 _U = np.finfo(float).eps / 2.0
-#: noise multipliers the closed forms handle (sigma^2 and 1/sigma^2 stay finite);
-#: defined with the one noise rule in _validation.py and re-exported here
-MIN_NOISE, MAX_NOISE = MIN_NOISE, MAX_NOISE
+# MIN_NOISE, MAX_NOISE (imported above, re-exported): the noise multipliers the closed
+# forms handle (sigma^2 and 1/sigma^2 stay finite); the noise rule is in _validation.py
 
 #: Relative error bound of Laplace interval masses (exp/expm1 of moderate arguments).
 CONTINUOUS_MASS_RELATIVE_ERROR = 1e-13
