@@ -4,9 +4,9 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterable, List, Optional
 
-from pb_accountant._validation import check_count
+from pb_accountant._validation import check_count, check_delta, check_real
 
-from ._common import (BudgetStateError, accountant_state, check_delta_arg, check_positive_arg,
+from ._common import (BudgetStateError, accountant_state, 
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       restore_accountant, schedule_in_force, steps_taken)
 from .guard import BudgetGuard
@@ -31,11 +31,13 @@ class BudgetMonitor:
                  sample_rate: Optional[float], guard_optimizer: bool):
         resolve_accountant(accountant)
         self.source = accountant
-        self.delta = check_delta_arg(delta)
+        self.delta = check_delta(delta)
+        # max_epsilon: as BudgetGuard, any budget >= 0 (inf never stops; None: no guard)
         self.max_epsilon = (None if max_epsilon is None
-                            else check_positive_arg("max_epsilon", max_epsilon))
-        self.log_every_n_steps = check_positive_arg("log_every_n_steps", log_every_n_steps,
-                                                    allow_none=True, integer=True)
+                            else check_real("max_epsilon", max_epsilon, low=0.0, allow_inf=True))
+        self.log_every_n_steps = (None if log_every_n_steps is None
+                                  else check_count("log_every_n_steps", log_every_n_steps,
+                                                   minimum=1))
         self.tracker = BudgetTracker(accountant, delta, every_n_steps=None,
                                      every_epoch=log_on_epoch_end,
                                      sinks=list(sinks) if sinks is not None else [])
@@ -146,7 +148,7 @@ class BudgetMonitor:
         last = self.tracker.last
         if last is not None and last.step == step and last.event == event:
             return last
-        return self.tracker.record(event, step=step, epoch=epoch)
+        return self.tracker._record(event, step, epoch, in_loop=True)
 
     def epoch_end(self, epoch: int) -> Optional[BudgetRecord]:
         if not self.tracker.every_epoch:

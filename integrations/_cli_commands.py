@@ -18,6 +18,8 @@ import time
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pb_accountant._validation import check_count, check_noise_multiplier, check_real
+
 from . import _cli_render as render
 
 Schedule = List[Tuple[float, float, int]]
@@ -55,6 +57,16 @@ def _fraction(name: str, text) -> Fraction:
     return value
 
 
+def _checked(check, name: str, text, *args, **kwargs):
+    """``check(..., name, ...)`` from pb_accountant._validation, its ValueError a UserError
+    that shows the value as the user typed it."""
+    try:
+        return check(*args, **kwargs)
+    except ValueError as exc:
+        head = str(exc).rsplit(", got ", 1)[0]
+        raise UserError(f"{head}, got {str(text).strip()}") from None
+
+
 def number(name: str, text, *, low=None, high=None, low_open=False, high_open=False,
            fraction: bool = False) -> float:
     """``text`` as a finite float in the stated interval, else UserError naming ``name``."""
@@ -65,14 +77,13 @@ def number(name: str, text, *, low=None, high=None, low_open=False, high_open=Fa
             x = float(str(text).strip())
         except ValueError:
             raise UserError(f"{name} must be a number, got {str(text)!r}") from None
-    if not math.isfinite(x):
-        raise UserError(f"{name} must be finite, got {text}")
-    rng = ((f"{'(' if low_open else '['}{low:g}, " if low is not None else "(-inf, ")
-           + (f"{high:g}{')' if high_open else ']'}" if high is not None else "inf)"))
-    if (low is not None and (x < low or (low_open and x == low))) or \
-            (high is not None and (x > high or (high_open and x == high))):
-        raise UserError(f"{name} must be in {rng}, got {text}")
-    return x
+    return _checked(check_real, name, text, name, x, low=low, high=high, low_open=low_open,
+                    high_open=high_open)
+
+
+def noise_multiplier(name: str, text) -> float:
+    """A noise multiplier: 0 or in [MIN_NOISE, MAX_NOISE] (the accountant's step rule)."""
+    return _checked(check_noise_multiplier, name, text, number(name, text), name)
 
 
 def integer(name: str, text, minimum: int = 0, maximum: Optional[int] = None) -> int:
@@ -81,17 +92,17 @@ def integer(name: str, text, minimum: int = 0, maximum: Optional[int] = None) ->
         value = Fraction(raw)
     except (ValueError, ZeroDivisionError):
         raise UserError(f"{name} must be an integer, got {raw!r}") from None
-    if value.denominator != 1 or value < minimum or (maximum is not None and value > maximum):
-        top = "" if maximum is None else f" and <= {maximum}"
-        raise UserError(f"{name} must be an integer >= {minimum}{top}, got {raw}")
-    return int(value)
+    if value.denominator != 1:
+        value = float(value)                    # check_count says what an integer is
+    else:
+        value = int(value)
+    return _checked(check_count, name, raw, name, value, minimum=minimum, maximum=maximum)
 
 
 def delta_value(text, name: str = "--delta") -> float:
     x = number(name, text, low=0.0, high=1.0, low_open=True, high_open=True, fraction=True)
-    if x < MIN_DELTA_FLOOR:
-        raise UserError(f"{name} must be in [{MIN_DELTA_FLOOR:g}, 1), got {text}")
-    return x
+    return _checked(check_real, name, text, name, x, low=MIN_DELTA_FLOOR, high=1.0,
+                    high_open=True)
 
 
 def sample_rate(args, required: bool = True) -> Tuple[Optional[Fraction], List[str]]:
@@ -146,9 +157,7 @@ def steps_from(args, q: Fraction) -> Tuple[int, List[str]]:
 
 
 def _segment(where: str, sigma, q, steps) -> Tuple[float, float, int]:
-    s = number(f"{where} noise multiplier", sigma, low=0.0)
-    if s > 1e12 or 0.0 < s < 1e-6:
-        raise UserError(f"{where} noise multiplier must be 0 or in [1e-06, 1e+12], got {sigma}")
+    s = noise_multiplier(f"{where} noise multiplier", sigma)
     rate = number(f"{where} sample rate", q, low=0.0, high=1.0, fraction=True)
     t = integer(f"{where} steps", steps, maximum=MAX_STEPS)
     return s, rate, t
@@ -225,9 +234,7 @@ def schedule_from(args) -> Tuple[Schedule, List[str]]:
             raise UserError("give --sigma with --sample-rate (or --batch-size and "
                             "--dataset-size) and --steps or --epochs, or --segment, or "
                             "--schedule FILE")
-        s = number("--sigma", args.sigma, low=0.0)
-        if s > 1e12 or 0.0 < s < 1e-6:
-            raise UserError(f"--sigma must be 0 or in [1e-06, 1e+12], got {args.sigma}")
+        s = noise_multiplier("--sigma", args.sigma)
         q, notes = sample_rate(args)
         steps, more = steps_from(args, q)
         schedule = [(s, float(q), steps)]
@@ -368,7 +375,7 @@ def epsilon(args) -> Data:
 def _engine(schedule: Schedule, grid_delta: float):
     """(PrivacyBuckets or None, reason): None when the engine cannot compose this schedule."""
     from pb_accountant import compose
-    from pb_accountant.accountant import step_pair
+    from pb_accountant.accountant import ENGINE_LIMITS, step_pair
     sequence = []
     for s, q, t in schedule:
         pair = step_pair(s, q)
@@ -376,8 +383,9 @@ def _engine(schedule: Schedule, grid_delta: float):
             sequence.append((pair, t))
     try:
         return compose(sequence, delta=grid_delta), None
-    except (ValueError, ArithmeticError, MemoryError) as exc:
-        # the engine's limits (as the accountant does: a valid looser answer, the reason)
+    except ENGINE_LIMITS as exc:
+        # the engine's limits (as the accountant does: a valid looser answer, the reason);
+        # any other exception is an internal error (exit 1)
         return None, user_terms(str(exc)) or type(exc).__name__
 
 

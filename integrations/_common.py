@@ -15,8 +15,9 @@ from pb_accountant.results import EpsilonBounds
 
 __all__ = ["resolve_accountant", "steps_taken", "schedule_in_force", "epsilon_bounds",
            "epsilon_after", "find_dp_optimizer", "infer_sample_rate", "json_float",
-           "check_delta_arg", "check_positive_arg", "accountant_state", "restore_accountant",
-           "BudgetStateError"]
+           "accountant_state", "restore_accountant", "BudgetStateError"]
+
+# Argument checks live in pb_accountant/_validation.py (one home for every layer).
 
 
 class BudgetStateError(RuntimeError):
@@ -222,23 +223,3 @@ def json_float(x: Any) -> Any:
     if math.isfinite(x):
         return x
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def check_delta_arg(delta: Any) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (0.0 < float(delta) < 1.0):
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
-    return float(delta)
-
-
-def check_positive_arg(name: str, value: Any, *, allow_none: bool = False,
-                       integer: bool = False) -> Any:
-    if value is None and allow_none:
-        return None
-    if integer:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        return int(value)
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(float(value)) or float(value) < 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)

@@ -40,15 +40,17 @@ How often the accountant is asked (see docs/training-budget.md, "BudgetGuard"):
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional, Tuple
 
-from pb_accountant._validation import check_count, check_real
+from pb_accountant._validation import (check_choice, check_count, check_delta,
+                                      check_noise_multiplier, check_real, check_sample_rate)
 from pb_accountant.results import EpsilonBounds
 
-from ._common import (accumulated_iterations, check_delta_arg, epsilon_after,
+from ._common import (accumulated_iterations, epsilon_after,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       schedule_in_force, steps_taken)
-from .sampling import check_sample_rate
+from .sampling import check_sample_rate as warn_on_sample_rate
 
 __all__ = ["BudgetGuard", "BudgetExceededError"]
 
@@ -136,11 +138,9 @@ class BudgetGuard:
                  *, noise_multiplier: Optional[float] = None,
                  sample_rate: Optional[float] = None, every_n_steps: Optional[int] = None,
                  lookahead: bool = True, lookahead_margin: float = 1e-3):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES!r}, got {mode!r}")
-        if (isinstance(max_epsilon, bool) or not isinstance(max_epsilon, (int, float))
-                or math.isnan(max_epsilon) or max_epsilon < 0):
-            raise ValueError(f"max_epsilon must be a number >= 0, got {max_epsilon!r}")
+        check_choice("mode", mode, MODES)
+        # any budget >= 0; inf is a guard that never stops (tracking only)
+        max_epsilon = check_real("max_epsilon", max_epsilon, low=0.0, allow_inf=True)
         every = None if every_n_steps is None else check_count("every_n_steps", every_n_steps,
                                                                   minimum=1)
         margin = check_real("lookahead_margin", lookahead_margin, low=0.0, high=1.0,
@@ -148,7 +148,7 @@ class BudgetGuard:
         self._engine_like = resolve_accountant(accountant) is not accountant
         self._source = accountant
         self.max_epsilon = float(max_epsilon)
-        self.delta = check_delta_arg(delta)
+        self.delta = check_delta(delta)
         self.mode = mode
         self.noise_multiplier = noise_multiplier
         self.sample_rate = sample_rate
@@ -160,6 +160,7 @@ class BudgetGuard:
         self.refused: Optional[EpsilonBounds] = None         # bounds of the refused step
         self.refused_steps = 0
         self.stop_message: Optional[str] = None
+        self.errors: list = []                               # internal failures (warned)
         self.queries = 0                                     # accountant queries made
         self._optimizer = None
         self._original_step = None
@@ -190,7 +191,7 @@ class BudgetGuard:
         if sigma is None or q is None:
             raise ValueError("the pending step's noise_multiplier and sample_rate are unknown: "
                              "pass them to check() or to BudgetGuard(...)")
-        return float(sigma), float(q)
+        return check_noise_multiplier(sigma), check_sample_rate(q)
 
     def epsilon_after(self, noise_multiplier: Optional[float] = None,
                       sample_rate: Optional[float] = None, num_steps: int = 1) -> EpsilonBounds:
@@ -226,7 +227,18 @@ class BudgetGuard:
             if memo is not None and memo[0] is history and memo[1] == key:
                 return memo[2]
         self.queries += 1
-        bounds = epsilon_after(accountant, self.delta, sigma, q, k)
+        try:
+            bounds = epsilon_after(accountant, self.delta, sigma, q, k)
+        except Exception as exc:
+            # sigma, q and k were validated (_schedule, check_count): this is an internal
+            # failure inside a training loop.  Loud, kept in ``errors``, and answered with
+            # the valid bound inf, so the step is refused rather than taken uncertified.
+            self.errors.append(exc)
+            reason = f"the accountant failed: {exc!r}"
+            warnings.warn(f"BudgetGuard could not certify the next step ({reason}); "
+                          "treating its epsilon as inf (see guard.errors)",
+                          RuntimeWarning, stacklevel=4)
+            return EpsilonBounds(self.delta, 0.0, math.inf, method="none", notes=(reason,))
         if key is not None:
             self._memo = (history, key, bounds)
         return bounds
@@ -367,6 +379,8 @@ class BudgetGuard:
                    f"{bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
                    + span + ("" if steps is None else f" after {steps} steps")
                    + "; the step was not taken")
+        if math.isinf(bounds.upper) and bounds.notes:
+            message += f" ({bounds.notes[-1]})"
         if self.mode == "raise":
             raise BudgetExceededError(message, epsilon=bounds.upper, max_epsilon=self.max_epsilon,
                                       delta=self.delta, steps=steps)
@@ -429,7 +443,7 @@ class BudgetGuard:
         if q is None:
             raise ValueError("cannot tell the optimizer's sample rate: pass sample_rate= or "
                              "data_loader= to attach()")
-        check_sample_rate(q, data_loader, stacklevel=3)
+        warn_on_sample_rate(q, data_loader, stacklevel=3)
         had_own_step = "step" in vars(opt)
         first_param = next(iter(getattr(opt, "params", None) or []), None)
         original = opt.step

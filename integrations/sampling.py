@@ -20,6 +20,8 @@ import numbers
 import warnings
 from typing import Any, List, Optional
 
+from pb_accountant._validation import check_real
+
 __all__ = ["SampleRateWarning", "check_sample_rate", "loader_sample_rate"]
 
 _REL_TOL = 1e-9
@@ -61,10 +63,8 @@ def check_sample_rate(sample_rate: float, data_loader: Any = None, *,
 
     ValueError for a value that is not a number >= 0.  Returns the messages warned.
     """
-    if (isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Real)
-            or math.isnan(float(sample_rate)) or float(sample_rate) < 0):
-        raise ValueError(f"sample_rate must be a number >= 0, got {sample_rate!r}")
-    q = float(sample_rate)
+    # > 1 only warns here (the accountant refuses it when the step is recorded)
+    q = check_real("sample_rate", sample_rate, low=0.0)
     problems: List[str] = []
     if q > 1.0:
         problems.append(

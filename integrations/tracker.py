@@ -21,15 +21,16 @@ the tracker's counters and the accountant's history through a checkpoint
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional
 
-from pb_accountant._validation import check_count
+from pb_accountant._validation import check_count, check_delta
+from pb_accountant.results import EpsilonBounds
 
-from ._common import (accountant_state, accumulated_iterations, check_delta_arg,
-                      check_positive_arg, epsilon_bounds, find_dp_optimizer,
+from ._common import (accountant_state, accumulated_iterations, epsilon_bounds, find_dp_optimizer,
                       infer_sample_rate, resolve_accountant, restore_accountant,
                       schedule_in_force, steps_taken)
 from .sampling import check_sample_rate
@@ -69,9 +70,9 @@ class BudgetTracker:
                  every_epoch: bool = True, sinks: Optional[Iterable[Any]] = None):
         self._source = accountant
         resolve_accountant(accountant)                      # fail early on a wrong type
-        self.delta = check_delta_arg(delta)
-        self.every_n_steps = check_positive_arg("every_n_steps", every_n_steps,
-                                                allow_none=True, integer=True)
+        self.delta = check_delta(delta)
+        self.every_n_steps = (None if every_n_steps is None
+                              else check_count("every_n_steps", every_n_steps, minimum=1))
         self.every_epoch = bool(every_epoch)
         self.sinks: List[Sink] = [as_sink(s) for s in (sinks if sinks is not None
                                                         else [LoggingSink()])]
@@ -109,10 +110,27 @@ class BudgetTracker:
     # -- recording ---------------------------------------------------------------------
     def record(self, event: str = "manual", *, step: Optional[int] = None,
                epoch: Optional[int] = None) -> BudgetRecord:
-        """Compute the bounds now and send a record to every sink."""
+        """Compute the bounds now and send a record to every sink.
+
+        Called directly, a failure of the accountant propagates.  From the training-loop
+        hooks (``on_step``, ``on_epoch_end``, ``on_train_end``, callbacks) it is warned
+        with its cause, kept in ``sink_errors`` and answered with the valid bound
+        eps_upper = inf, so that training goes on.
+        """
+        return self._record(event, step, epoch, in_loop=False)
+
+    def _record(self, event: str, step: Optional[int], epoch: Optional[int], *,
+                in_loop: bool) -> BudgetRecord:
         step = self._steps() if step is None else int(step)
         epoch = self.epoch if epoch is None else int(epoch)
-        bounds = epsilon_bounds(self.accountant, self.delta)
+        try:
+            bounds = epsilon_bounds(self.accountant, self.delta)
+        except Exception as exc:
+            if not in_loop:
+                raise
+            self._sink_failed(None, exc, step)    # loud: SinkErrorWarning with the cause
+            bounds = EpsilonBounds(self.delta, 0.0, math.inf, method="none",
+                                   notes=(f"the accountant failed: {exc!r}",))
         sigma, q = self._schedule()
         rec = BudgetRecord(step=step, epoch=epoch, delta=self.delta,
                            eps_lower=float(bounds.lower), eps_upper=float(bounds.upper),
@@ -157,7 +175,7 @@ class BudgetTracker:
         if self.every_n_steps and self.step > 0 and self.step % self.every_n_steps == 0:
             if self.last is not None and self.last.step == self.step:
                 return None
-            return self.record("step")
+            return self._record("step", None, None, in_loop=True)
         return None
 
     def on_epoch_end(self, epoch: Optional[int] = None) -> Optional[BudgetRecord]:
@@ -165,7 +183,7 @@ class BudgetTracker:
         epoch = self.epoch if epoch is None else int(epoch)
         rec = None
         if self.every_epoch:
-            rec = self.record("epoch", epoch=epoch)
+            rec = self._record("epoch", None, epoch, in_loop=True)
         self.epoch = epoch + 1
         return rec
 
@@ -174,7 +192,7 @@ class BudgetTracker:
         step = self._steps()
         if self.last is not None and self.last.step == step:
             return None
-        return self.record("end")
+        return self._record("end", None, None, in_loop=True)
 
     # -- Opacus ------------------------------------------------------------------------
     def attach(self, optimizer: Any, *, data_loader: Any = None,

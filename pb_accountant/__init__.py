@@ -1,5 +1,6 @@
 """pb-accountant: certified upper and lower privacy bounds with privacy buckets."""
 from .accountant import PrivacyBucketsAccountant
+from .calibration import NoiseCalibration, StepsCalibration, find_noise_multiplier, find_steps
 from .engine import PrivacyBuckets, compose, epsilon_bounds
 from .mechanisms import (DiscretePair, Gaussian, Laplace, MechanismPair, RandomizedResponse,
                          SubsampledGaussian)
@@ -7,7 +8,8 @@ from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
 __all__ = ["PrivacyBucketsAccountant", "compose", "epsilon_bounds", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
            "Laplace", "RandomizedResponse", "DiscretePair", "EpsilonBounds", "DeltaBounds",
-           "PrivacyCurve", "GridInfo"]
+           "PrivacyCurve", "GridInfo", "find_noise_multiplier", "find_steps",
+           "NoiseCalibration", "StepsCalibration"]
 from ._version import __version__
 
 from . import _opacus_hook as _hook

@@ -8,7 +8,8 @@ Registration also wraps Opacus's ``get_noise_multiplier`` (and the name
 ``accountant="pb"`` a bounded search replaces Opacus's bisection, which loops forever
 if the epsilon curve jumps across its tolerance window.  The search returns a sigma
 whose *certified* epsilon is <= the target, or raises a ValueError saying why no sigma
-can be certified.  Other accountants go to Opacus's own function unchanged.
+can be certified; the search is ``pb_accountant.calibration.find_noise_multiplier``.
+Other accountants go to Opacus's own function unchanged.
 """
 from __future__ import annotations
 
@@ -39,76 +40,36 @@ def register(module=None) -> bool:
     return True
 
 
-#: bisection steps at most, and the relative sigma width at which it stops
-_MAX_BISECTIONS = 80
-_SIGMA_RTOL = 1e-7
+#: accountant evaluations of one search at most (doubling plus narrowing)
+_MAX_EVALUATIONS = 120
 
 
 def calibrated_noise_multiplier(*, target_epsilon: float, target_delta: float,
                                 sample_rate: float, steps: int,
                                 epsilon_tolerance: float = 0.01,
                                 max_sigma: float = 1e6) -> float:
-    """Smallest sigma found (within ``epsilon_tolerance`` or a relative sigma width of
-    1e-7) whose certified epsilon after ``steps`` steps is <= ``target_epsilon``.
+    """A sigma whose certified epsilon after ``steps`` steps is <= ``target_epsilon``
+    and within ``epsilon_tolerance`` of it (or the smallest to a relative 1e-6).
 
-    Doubles sigma from 20 as Opacus does, then bisects at most 80 times; every sigma
-    returned was evaluated and its certified upper epsilon found <= the target, so the
-    result is safe even where the curve is not continuous.  Terminates in bounded time:
-    the doubling stops (ValueError) at ``max_sigma`` or when the certified floor
-    (infinity mass plus round-off, which more noise cannot lower) stays above
-    ``target_delta`` over three doublings.
+    Opacus's signature over :func:`pb_accountant.calibration.find_noise_multiplier`, the
+    package's one noise search: every sigma returned was evaluated and certified, and
+    the search ends in bounded time.  ValueError ("The privacy budget is too low ...
+    cannot be certified: why") when no sigma up to ``max_sigma`` certifies the target.
     """
-    from ._validation import check_count, check_delta, check_real
-    from .accountant import PrivacyBucketsAccountant
-    from .engine import PrivacyBuckets
-    from .mechanisms import MIN_NOISE
+    from ._validation import MAX_NOISE, MIN_NOISE, check_delta
+    from .calibration import MIN_RELATIVE_TOLERANCE, find_noise_multiplier
 
-    target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
-    delta = check_delta(target_delta, "target_delta")
-    q = check_real("sample_rate", sample_rate, low=0.0, high=1.0, low_open=True)
-    steps = check_count("steps", steps, minimum=1)
-    tol = check_real("epsilon_tolerance", epsilon_tolerance, low=0.0)
-    acc = PrivacyBucketsAccountant()
-
-    def certified(sigma: float):
-        """(certified upper epsilon, infinity mass plus round-off, notes): what
-        ``acc.get_epsilon`` computes, bit for bit."""
-        acc.history = [(sigma, q, steps)]
-        engine = PrivacyBuckets(acc._composer.compose(acc._pairs(acc.history), delta,
-                                                      ("split",)), delta)
-        bounds = engine.epsilon_bounds(delta)
-        return bounds.upper, engine.infinity_mass, bounds.notes
-
-    sigma_low, sigma_high = 0.0, 10.0
-    eps_high, floors, notes = float("inf"), [], ()
-    while eps_high > target:
-        sigma_high *= 2.0
-        stuck = (len(floors) >= 3 and all(f >= delta for f in floors[-3:])
-                 and floors[-1] > 0.5 * floors[-3])
-        if sigma_high > max_sigma or stuck:
-            why = "; ".join(notes) if notes else f"epsilon at sigma={sigma_high / 2:g} is {eps_high:g}"
-            if stuck:
-                why = (f"the certified floor (infinity mass plus round-off, {floors[-1]:.3g}) "
-                       f"stays above target_delta as sigma doubles from {sigma_high / 8:g} to "
-                       f"{sigma_high / 2:g}; " + why)
-            raise ValueError(
-                f"The privacy budget is too low: target_epsilon={target!r} at "
-                f"target_delta={delta!r} cannot be certified: {why}")
-        eps_high, floor, notes = certified(sigma_high)
-        floors.append(floor)
-    for _ in range(_MAX_BISECTIONS):
-        if target - eps_high <= tol or sigma_high - sigma_low <= _SIGMA_RTOL * sigma_high:
-            break
-        sigma = 0.5 * (sigma_low + sigma_high)
-        if sigma < MIN_NOISE:
-            sigma_low = sigma                 # below the smallest noise pb accepts
-            continue
-        eps = certified(sigma)[0]
-        if eps < target:
-            sigma_high, eps_high = sigma, eps
-        else:
-            sigma_low = sigma
-    return float(sigma_high)
+    target_delta = check_delta(target_delta, "target_delta")     # Opacus's name
+    result = find_noise_multiplier(
+        target_epsilon, target_delta, sample_rate, steps, tol=MIN_RELATIVE_TOLERANCE,
+        max_evaluations=_MAX_EVALUATIONS, min_noise_multiplier=MIN_NOISE,
+        max_noise_multiplier=min(max(float(max_sigma), MIN_NOISE), MAX_NOISE),
+        epsilon_tolerance=epsilon_tolerance)
+    if result.noise_multiplier is None:
+        raise ValueError(
+            f"The privacy budget is too low: target_epsilon={result.target_epsilon!r} at "
+            f"target_delta={result.delta!r} cannot be certified: {result.reason}")
+    return float(result.noise_multiplier)
 
 
 def _wrap_get_noise_multiplier() -> None:
@@ -145,7 +106,7 @@ def _wrap_get_noise_multiplier() -> None:
     get_noise_multiplier.__wrapped__ = original
     get_noise_multiplier.__doc__ = (original.__doc__ or "") + (
         "\n    With accountant=\"pb\": pb_accountant's bounded, certified search "
-        "(pb_accountant._opacus_hook.calibrated_noise_multiplier).\n")
+        "(pb_accountant.calibration.find_noise_multiplier).\n")
     utils.get_noise_multiplier = get_noise_multiplier
     engine = sys.modules.get("opacus.privacy_engine")
     if engine is not None and getattr(engine, "get_noise_multiplier", None) is original:

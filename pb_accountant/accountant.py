@@ -25,21 +25,26 @@ from collections import OrderedDict
 from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ._validation import check_count, check_delta, check_epsilon, check_epsilons, check_real
+from ._validation import (check_count, check_delta, check_epsilon, check_epsilons,
+                          check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
-from .mechanisms import MAX_NOISE, MIN_NOISE, DiscretePair, MechanismPair, SubsampledGaussian
+from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 
 MECHANISM = "pb"
 
+#: Exceptions from inside the engine that mean "this history is beyond what the engine
+#: can represent", not "the code is wrong": answered with the valid bound inf and a
+#: reason.  Every other exception from the engine is an internal error and propagates.
+ENGINE_LIMITS = (MemoryError, OverflowError, FloatingPointError)
+
 
 def _validate_step(noise_multiplier, sample_rate, where: str = "") -> Tuple[float, float]:
-    sigma = check_real(f"{where}noise_multiplier", noise_multiplier, low=0.0, high=MAX_NOISE)
-    if 0.0 < sigma < MIN_NOISE:
-        raise ValueError(f"{where}noise_multiplier must be 0 or in [{MIN_NOISE}, {MAX_NOISE}], "
-                         f"got {noise_multiplier!r}")
-    q = check_real(f"{where}sample_rate", sample_rate, low=0.0, high=1.0)
+    """A training step: sigma = 0 (no noise) and q = 0 (data untouched) are accepted,
+    as Opacus accepts them; step_pair says what each costs (rule in _validation.py)."""
+    sigma = check_noise_multiplier(noise_multiplier, f"{where}noise_multiplier")
+    q = check_sample_rate(sample_rate, f"{where}sample_rate")
     return sigma, q
 
 
@@ -252,10 +257,11 @@ class PrivacyBucketsAccountant:
                 return adaptive_epsilon_bounds(self._composer, pairs, delta)
             engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)
             return engine.epsilon_bounds(delta)
-        except (MemoryError, ArithmeticError) as exc:
-            # engine limits (memory, floating-point range): keep a training loop alive
-            # with the valid bound inf and say why, loudly; anything else is a bug and
-            # propagates
+        except ENGINE_LIMITS as exc:
+            # the engine's resource limits (memory, floating-point overflow): a valid
+            # looser answer, inf, with the reason in notes and a loud warning.  Anything
+            # else (KeyError, TypeError, ZeroDivisionError, ...) is a bug and propagates:
+            # a bug must never pass as a valid-looking inf.
             reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
                       "the upper bound inf is valid but uninformative")
             warnings.warn(f"pb accountant could not certify epsilon: {reason}",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 from ._validation import check_count, check_delta, check_real
-from .accountant import PrivacyBucketsAccountant
+from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant
 from .mechanisms import MAX_NOISE, MIN_NOISE
 
 __all__ = ["NoiseCalibration", "StepsCalibration", "find_noise_multiplier", "find_steps",
@@ -78,8 +78,8 @@ def _upper(delta: float, sigma: float, q: float, steps: int,
     """Certified eps_upper of ``steps`` steps of (sigma, q); with the reason when inf."""
     acc = accountant if accountant is not None else PrivacyBucketsAccountant()
     with warnings.catch_warnings():
-        # the accountant warns (and returns inf with a note) when it cannot certify
-        warnings.simplefilter("ignore")
+        # an engine limit is answered with inf and the reason in notes (kept below)
+        warnings.simplefilter("ignore", RuntimeWarning)
         bounds = acc.epsilon_after(delta, noise_multiplier=sigma, sample_rate=q,
                                    num_steps=steps)
     if math.isinf(bounds.upper):
@@ -88,18 +88,38 @@ def _upper(delta: float, sigma: float, q: float, steps: int,
     return float(bounds.upper), None
 
 
+def _certified_floor(delta: float, sigma: float, q: float, steps: int,
+                     acc: PrivacyBucketsAccountant) -> float:
+    """Infinity mass plus certified round-off of ``steps`` steps (what more noise cannot
+    lower; docs/floating-point.md): above delta, eps_upper is inf whatever sigma is.
+    ``acc`` answered :func:`_upper` for the same point, so its composition is cached."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            engine = acc._engine(delta, lower=False, history=[(sigma, q, steps)])
+        except ENGINE_LIMITS:
+            return math.inf
+    return float(engine.infinity_mass)
+
+
 def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float,
                           steps: int, *, tol: float = 1e-3, max_evaluations: int = 80,
                           min_noise_multiplier: float = 1e-3,
                           max_noise_multiplier: float = 1e4,
+                          epsilon_tolerance: Optional[float] = None,
                           progress: Progress = None) -> NoiseCalibration:
     """Smallest noise multiplier (to relative ``tol``) whose certified epsilon <= target.
 
     Brackets by factors of 2 from sigma = 1, then narrows [rejected, certified] by false
     position on log(eps_upper) against log(sigma) (Illinois variant), bisecting in log
     sigma wherever eps_upper is inf.  ``tol`` is floored at MIN_RELATIVE_TOLERANCE; the
-    search stops after ``max_evaluations`` accountant calls (``reason`` then says so).
-    ``progress(evaluations, text)`` is called after each evaluation.
+    search also stops once a certified sigma is within ``epsilon_tolerance`` (absolute,
+    Opacus's meaning) of the target, after ``max_evaluations`` accountant calls, or when
+    the certified floor (infinity mass plus round-off, which more noise cannot lower)
+    stays above delta over three doublings (``reason`` says which).  This is the one
+    noise search of the package; Opacus's ``get_noise_multiplier(accountant="pb")``
+    calls it (pb_accountant/_opacus_hook.py).  ``progress(evaluations, text)`` is
+    called after each evaluation.
     """
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta(delta)
@@ -108,18 +128,29 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     tol = check_real("tol", tol, low=0.0, high=1.0, low_open=True)
     tol = max(tol, MIN_RELATIVE_TOLERANCE)
     max_evaluations = check_count("max_evaluations", max_evaluations, minimum=2)
+    # a search over Gaussian noise: sigma >= MIN_NOISE (sigma = 0, which a training step
+    # may have, is never an answer: it certifies nothing below delta = q)
     s_min = check_real("min_noise_multiplier", min_noise_multiplier, low=MIN_NOISE,
                        high=MAX_NOISE)
     s_max = check_real("max_noise_multiplier", max_noise_multiplier, low=s_min,
                        high=MAX_NOISE)
+    eps_tol = (None if epsilon_tolerance is None
+               else check_real("epsilon_tolerance", epsilon_tolerance, low=0.0))
+
+    def close_enough(e_ok: float) -> bool:
+        return eps_tol is not None and target - e_ok <= eps_tol
 
     evaluations = 0
     last_reason: Optional[str] = None
+    last_acc: dict = {}                         # sigma -> the accountant that evaluated it
 
     def eps_up(sigma: float) -> float:
         nonlocal evaluations, last_reason
         evaluations += 1
-        e, why = _upper(delta, sigma, q, steps)
+        acc = PrivacyBucketsAccountant()
+        last_acc.clear()
+        last_acc[sigma] = acc
+        e, why = _upper(delta, sigma, q, steps, acc)
         if why is not None:
             last_reason = why
         if progress is not None:
@@ -137,6 +168,8 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     if e <= target:
         hi, e_hi = sigma, e
         while lo is None:
+            if close_enough(e_hi):
+                return result(hi, e_hi, None, None)
             s = max(hi / 2.0, s_min)
             if s >= hi:
                 return result(hi, e_hi, None, None,
@@ -151,12 +184,24 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
                 lo, e_lo = s, es
     else:
         lo, e_lo = sigma, e
+        floors = []                            # certified floors at inf evaluations
         while hi is None:
+            if math.isinf(e_lo):
+                floors.append(_certified_floor(delta, lo, q, steps,
+                                               last_acc.get(lo) or PrivacyBucketsAccountant()))
+            else:
+                floors = []
+            stuck = (len(floors) >= 3 and all(f >= delta for f in floors[-3:])
+                     and floors[-1] > 0.5 * floors[-3])
             s = min(lo * 2.0, s_max)
-            if s <= lo or evaluations >= max_evaluations:
+            if s <= lo or evaluations >= max_evaluations or stuck:
                 bound = "inf" if math.isinf(e_lo) else f"{e_lo:.6g}"
                 why = (f"no noise multiplier up to {lo:g} certifies epsilon <= {target:g} "
                        f"at delta = {delta:g} (eps_upper at {lo:g} is {bound})")
+                if stuck:
+                    why = (f"the certified floor (infinity mass plus round-off, "
+                           f"{floors[-1]:.3g}) stays above delta as sigma doubles from "
+                           f"{lo / 4:g} to {lo:g}; " + why)
                 if math.isinf(e_lo) and last_reason:
                     why += f": {last_reason}"
                 return result(None, math.inf, lo, e_lo, why)
@@ -173,7 +218,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     side = 0                                    # Illinois: which end moved last
     margin = 0.25 * math.log1p(tol)             # stay strictly inside: guaranteed progress
     stopped = False
-    while hi / lo > 1.0 + tol:
+    while hi / lo > 1.0 + tol and not close_enough(e_hi):
         if evaluations >= max_evaluations:
             stopped = True
             break

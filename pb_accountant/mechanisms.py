@@ -20,11 +20,12 @@ from typing import Tuple
 import numpy as np
 from scipy import special
 
-from ._validation import check_real
+from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa: F401
+                          check_real, check_sample_rate)
 
 _U = np.finfo(float).eps / 2.0
-#: noise multipliers the closed forms handle (sigma^2 and 1/sigma^2 stay finite)
-MIN_NOISE, MAX_NOISE = 1e-6, 1e12
+# MIN_NOISE, MAX_NOISE (imported above, re-exported): the noise multipliers the closed
+# forms handle (sigma^2 and 1/sigma^2 stay finite); the noise rule is in _validation.py
 
 #: Relative error bound of Laplace interval masses (exp/expm1 of moderate arguments).
 CONTINUOUS_MASS_RELATIVE_ERROR = 1e-13
@@ -198,8 +199,10 @@ class SubsampledGaussian(MechanismPair):
     mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
 
     def __post_init__(self):
-        check_real("noise_multiplier", self.noise_multiplier, low=MIN_NOISE, high=MAX_NOISE)
-        check_real("sample_rate", self.sample_rate, low=0.0, high=1.0, low_open=True)
+        # a pair needs a real Gaussian: sigma = 0 is DiscretePair((1-q, q), (1, 0)), which
+        # the accountant builds itself (step_pair); q = 0 is no pair at all
+        check_noise_multiplier(self.noise_multiplier, allow_zero=False)
+        check_sample_rate(self.sample_rate, allow_zero=False)
 
     def _x_of_loss(self, t):
         s2 = self.noise_multiplier ** 2

@@ -19,8 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from _optional import HealthCheck, given, settings, st
 
 from pb_accountant import PrivacyBucketsAccountant
 

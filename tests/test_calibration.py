@@ -100,3 +100,45 @@ def test_find_steps_is_the_largest_certified_count():
     assert none.steps == 0 and none.epsilon_upper == 0.0
     capped = find_steps(100.0, DELTA, 5.0, 0.01, max_steps=64)
     assert capped.steps == 64 and "max_steps" in capped.reason
+
+
+def test_opacus_hook_is_a_thin_adapter_over_find_noise_multiplier(monkeypatch):
+    """One noise search: the Opacus hook delegates to calibration.find_noise_multiplier."""
+    import pb_accountant.calibration as calibration
+    from pb_accountant._opacus_hook import calibrated_noise_multiplier
+    calls = []
+    real = calibration.find_noise_multiplier
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "find_noise_multiplier", spy)
+    sigma = calibrated_noise_multiplier(target_epsilon=2.0, target_delta=DELTA,
+                                        sample_rate=0.05, steps=60)
+    assert len(calls) == 1 and calls[0]["epsilon_tolerance"] == 0.01
+    up = eps_upper(sigma, 0.05, 60)
+    assert 2.0 - 0.01 <= up <= 2.0
+
+
+def test_epsilon_tolerance_stops_within_the_absolute_window():
+    res = find_noise_multiplier(2.0, DELTA, 0.05, 60, tol=1e-6, epsilon_tolerance=0.05)
+    assert res.certified and res.reason is None
+    assert 2.0 - 0.05 <= res.epsilon_upper == eps_upper(res.noise_multiplier, 0.05, 60) <= 2.0
+    with pytest.raises(ValueError, match="epsilon_tolerance"):
+        find_noise_multiplier(2.0, DELTA, 0.05, 60, epsilon_tolerance=-1.0)
+
+
+def test_a_certified_floor_above_delta_ends_the_search_early():
+    res = find_noise_multiplier(1000.0, 1e-30, 0.5, 1000, max_noise_multiplier=1e6)
+    assert not res.certified and res.epsilon_upper == math.inf
+    assert res.evaluations <= 5
+    assert "certified floor" in res.reason and "stays above delta" in res.reason
+
+
+def test_calibration_is_exported():
+    import pb_accountant
+    for name in ("find_noise_multiplier", "find_steps", "NoiseCalibration",
+                 "StepsCalibration"):
+        assert getattr(pb_accountant, name) is getattr(pb_accountant.calibration, name)
+        assert name in pb_accountant.__all__

@@ -6,14 +6,14 @@ validation and log-space stability far beyond the paper's r = 512.
 """
 import math
 
-import mpmath as mp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from _optional import HealthCheck, given, settings, st
 from scipy import special
 
 from conftest import gaussian_delta
+
+mp = pytest.importorskip("mpmath")   # the references are computed in mpmath
 from pb_accountant import comparison as C
 from pb_accountant.results import DeltaBounds, EpsilonBounds, PrivacyCurve
 

@@ -79,7 +79,16 @@ def test_zero_rows_and_scaling():
     x[1, 4] = 1e-200
     z, err = convolve_rows(x)
     assert np.all(z[0] == 0) and err[0] == 0
-    assert z[1, 8] == pytest.approx(1e-400 if 1e-400 > 0 else 0.0, abs=1e-300)
+    # 1e-200 squared is 1e-400, below the smallest subnormal (4.9e-324): it rounds to 0
+    assert np.all(z[1] == 0.0)
+    # scaled rows keep tiny products: 1e-150 squared is 1e-300 (normal), 1e-160 squared
+    # is 1e-320 (subnormal, spacing 4.9e-324), each to its own precision
+    for a, exact, slack in [(1e-150, 1e-300, 1e-12 * 1e-300), (1e-160, 1e-320, 4 * 5e-324)]:
+        x[1, 4] = a
+        z, err = convolve_rows(x)
+        assert z[1, 8] > 0.0
+        assert abs(z[1, 8] - exact) <= slack + err[1], (a, z[1, 8], err[1])
+        assert np.all(np.abs(np.delete(z[1], 8)) <= slack + err[1])
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 1.0])

@@ -185,6 +185,7 @@ def train(torch, model, optimizer, loader, tracker, epochs):
 
 
 def test_tensorboard_event_files_hold_the_scalars(tmp_path):
+    pytest.importorskip("tensorboard")
     from pb_accountant.integrations import TensorBoardSink
     torch, engine, model, optimizer, loader = opacus_setup()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -8,7 +8,7 @@ import numpy as np
 from ..composition import canonical_history
 from ..mechanisms import MechanismPair
 from ..results import EpsilonBounds
-from ._checks import _real
+from .._validation import _real
 
 _ULP = 2.0 ** -52
 _U = 2.0 ** -53

@@ -14,7 +14,7 @@ from scipy import optimize
 
 from ..mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair, SubsampledGaussian
 from ..results import DeltaBounds, EpsilonBounds
-from ._checks import _array, _choice, _count, _real
+from .._validation import _array, _choice, _count, _real
 from ._common import _U, _ULP, _bisect_epsilon, _exp_upper, _scalar_or_array, _sequence, _up
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..results import EpsilonBounds
-from ._checks import _choice, _count, _real
+from .._validation import _choice, _count, _real
 from ._common import _ULP, _mul_up, _up
 
 

@@ -11,7 +11,7 @@ from scipy import special
 
 from ..mechanisms import MechanismPair
 from ..results import DeltaBounds, EpsilonBounds, PrivacyCurve
-from ._checks import _array, _count, _real
+from .._validation import _array, _count, _real
 from ._common import _ULP, _exp_upper, _log1mexp, _mul_up, _product_le, _scalar_or_array
 
 #: largest number of compositions the log-space evaluation accepts

@@ -29,7 +29,7 @@ from ..buckets import MAX_LOSS_RANGE, Grid
 from ..composition import BucketSet
 from ..mechanisms import MechanismPair
 from ..results import DeltaBounds, EpsilonBounds
-from ._checks import _array, _choice, _count, _real
+from .._validation import _array, _choice, _count, _real
 from ._common import (_U, _ULP, _bisect_epsilon, _exp_upper, _log1mexp, _scalar_or_array, _sequence, _up)
 
 
