@@ -13,12 +13,11 @@ import csv
 import io
 import json
 import math
-import os
 import time
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pb_accountant._validation import check_count, check_noise_multiplier, check_real
+from pb_accountant._validation import MAX_STEPS, check_count, check_noise_multiplier, check_real
 
 from . import _cli_render as render
 
@@ -28,7 +27,6 @@ Data = Dict[str, Any]
 MAX_NUM = 100_000               # points of `curve`
 MAX_COMPARE_POINTS = 200        # deltas at which `curve --compare` asks each peer
 MAX_SEGMENTS = 1_000            # phases of a schedule (each is composed on its own)
-MAX_STEPS = 10 ** 15
 MIN_TOL, MAX_TOL = 1e-6, 0.5    # relative tolerance of `noise`
 MIN_DELTA_FLOOR = 1e-30         # smallest --min-delta / --delta accepted
 MAX_PEER_TIMEOUT = 3600.0

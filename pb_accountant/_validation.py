@@ -169,3 +169,8 @@ _choice = check_choice
 
 def _count(name, value, *, minimum=1, maximum=None) -> int:
     return check_count(name, value, minimum=minimum, maximum=maximum)
+
+
+#: most optimisation steps one history entry (or one query) may hold: far beyond any
+#: training run, and small enough that every count stays exact in a float
+MAX_STEPS = 10 ** 15

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from ._validation import (check_count, check_delta, check_epsilon, check_epsilons,
+from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, check_epsilons,
                           check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
@@ -38,6 +38,8 @@ MECHANISM = "pb"
 #: can represent", not "the code is wrong": answered with the valid bound inf and a
 #: reason.  Every other exception from the engine is an internal error and propagates.
 ENGINE_LIMITS = (MemoryError, OverflowError, FloatingPointError)
+#: most points a privacy curve may ask for (bounded memory)
+MAX_CURVE_POINTS = 100_000
 
 
 def _validate_step(noise_multiplier, sample_rate, where: str = "") -> Tuple[float, float]:
@@ -78,6 +80,11 @@ class PrivacyBucketsAccountant:
     """
 
     def __init__(self, **options: Any):
+        known = [f.name for f in dataclasses.fields(BucketOptions)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown!r} for PrivacyBucketsAccountant; "
+                             f"the options are {known!r}")
         self.options = BucketOptions(**options)
         self._lock = threading.RLock()
         self._history: List[Tuple[float, float, int]] = []
@@ -221,6 +228,7 @@ class PrivacyBucketsAccountant:
         """The eps-delta curve with both certified bounds."""
         if epsilons is not None:
             epsilons = check_epsilons(epsilons)
+        num = check_count("num", num, minimum=2, maximum=MAX_CURVE_POINTS)
         return self._engine(None, lower=True).curve(epsilons, num)
 
     def epsilon_after(self, delta: float, *, noise_multiplier: float, sample_rate: float,
@@ -231,7 +239,7 @@ class PrivacyBucketsAccountant:
         then the trivial 0), which is all a budget guard needs.
         """
         sigma, q = _validate_step(noise_multiplier, sample_rate)
-        k = check_count("num_steps", num_steps, minimum=0)
+        k = check_count("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
         history = self._snapshot() + ([(sigma, q, k)] if k else [])
         return self._bounds(delta, lower=lower, history=history)
 
@@ -282,7 +290,7 @@ def _validated_entry(entry, i: int) -> Tuple[float, float, int]:
             f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), "
             f"got {entry!r}") from None
     sigma, q = _validate_step(sigma, q, where=f"history[{i}] ")
-    count = check_count(f"history[{i}] num_steps", count)
+    count = check_count(f"history[{i}] num_steps", count, maximum=MAX_STEPS)
     return sigma, q, count
 
 

@@ -311,3 +311,19 @@ def test_calibration_below_the_certified_floor_raises_instead_of_searching():
     with pytest.raises(ValueError, match="cannot be certified"):
         utils.get_noise_multiplier(target_epsilon=1000, target_delta=1e-30, sample_rate=0.5,
                                    steps=1000, accountant="pb")
+
+
+def test_constructor_curve_and_step_counts_are_validated():
+    """Unknown options, curve sizes and absurd step counts are ValueErrors naming them."""
+    with pytest.raises(ValueError, match="bogus"):
+        PrivacyBucketsAccountant(bogus=1)
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.01, 100)]
+    for num in (-1, 0, 1, 2.5, True, 10 ** 7):
+        with pytest.raises(ValueError, match="num"):
+            acc.get_privacy_curve(num=num)
+    with pytest.raises(ValueError, match="num_steps"):
+        acc.history = [(1.0, 0.01, 10 ** 16)]
+    with pytest.raises(ValueError, match="num_steps"):
+        acc.epsilon_after(1e-5, noise_multiplier=1.0, sample_rate=0.01, num_steps=10 ** 16)
+    assert acc.history == [(1.0, 0.01, 100)]
