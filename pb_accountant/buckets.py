@@ -27,7 +27,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .convolution import UNIT_ROUNDOFF, convolve_rows
+from ._fp import UNIT_ROUNDOFF
+from .convolution import convolve_rows
 
 _U = UNIT_ROUNDOFF
 

@@ -19,7 +19,7 @@ import numpy as np
 from ._validation import check_delta, check_epsilons
 from .buckets import LABEL_SLACK
 from .composition import BucketOptions, BucketSet, Composer, canonical_history
-from .convolution import UNIT_ROUNDOFF
+from ._fp import UNIT_ROUNDOFF
 from .queries import ThresholdSum, certified_lower_epsilon, certified_upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 

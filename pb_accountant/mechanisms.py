@@ -20,9 +20,9 @@ from typing import Tuple
 import numpy as np
 from scipy import special
 
+from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_real
 
-_U = np.finfo(float).eps / 2.0
 #: noise multipliers the closed forms handle (sigma^2 and 1/sigma^2 stay finite)
 MIN_NOISE, MAX_NOISE = 1e-6, 1e12
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .convolution import UNIT_ROUNDOFF
+from ._fp import UNIT_ROUNDOFF
 
 _U = UNIT_ROUNDOFF
 
