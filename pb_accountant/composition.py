@@ -11,12 +11,11 @@ operands are squared and the composition is redone on the coarser grid.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import FrozenSet, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterator, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from ._validation import check_count, check_real
 from .buckets import MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets
 from .convolution import convolve_rows
 from .mechanisms import MechanismPair
+from .representation import BucketRepresentation
 
 #: the per-step infinity budget is sized for the history's length rounded up to a
 #: power of two, and for at least this many steps (fewer grid changes during training)
@@ -179,36 +179,43 @@ class BucketSet:
         if "paper" in methods:
             mirrored = pair.mirrored().bucket_masses_with_error(t)
             paper = (PaperBuckets.from_masses(grid, *masses),
-                     PaperBuckets.from_masses(grid, *mirrored))
+                     PaperBuckets.from_masses(grid, *mirrored, direction="ba"))
         return BucketSet(grid, split, grouped, paper)
 
-    def _map(self, grid, f_split, f_grouped, f_paper) -> "BucketSet":
-        return BucketSet(grid, f_split(self.split),
-                         f_grouped(self.grouped) if self.grouped is not None else None,
-                         tuple(f_paper(p) for p in self.paper) if self.paper else None)
+    def representations(self) -> Iterator[Tuple[str, BucketRepresentation]]:
+        """(method name, representation) for every representation held, in a fixed
+        order (split, grouped, paper A||B, paper B||A): the engine's curve order."""
+        yield SplitBuckets.method, self.split
+        if self.grouped is not None:
+            yield GroupedBuckets.method, self.grouped
+        if self.paper is not None:
+            for p in self.paper:
+                yield PaperBuckets.method, p
+
+    def _map(self, grid, f) -> "BucketSet":
+        """Apply one interface operation ``f`` to every representation."""
+        return BucketSet(grid, f(self.split),
+                         f(self.grouped) if self.grouped is not None else None,
+                         tuple(f(p) for p in self.paper) if self.paper else None)
 
     def squared(self) -> "BucketSet":
-        return self._map(self.grid.squared(), lambda s: s.squared(), lambda g: g.squared(),
-                         lambda p: p.squared())
+        return self._map(self.grid.squared(), lambda r: r.squared())
 
     def padded(self, n: int) -> "BucketSet":
         if n == self.grid.number_of_buckets:
             return self
-        return self._map(self.grid.with_buckets(n), lambda s: s.padded(n),
-                         lambda g: g.padded(n), lambda p: p.padded(n))
+        return self._map(self.grid.with_buckets(n), lambda r: r.padded(n))
 
     def restricted(self, n: int, centre: int = 0) -> "BucketSet":
         """Keep 2n+1 buckets around local index ``centre`` (corners as each
-        representation's rules say)."""
+        representation's rules say; relabelled groups centre on the split pair's
+        mean loss)."""
         if n >= self.grid.number_of_buckets:
             return self
-        split = self.split.restricted(n, centre)
-        grouped = None
-        if self.grouped is not None:
-            mean = self.split.mean_loss(0 if self.grouped.directions[0] == "ab" else 1)
-            grouped = self.grouped.restricted(split.grid, mean)
-        paper = tuple(p.restricted(n, centre) for p in self.paper) if self.paper else None
-        return BucketSet(split.grid, split, grouped, paper)
+        grid = self.grid.window(n, centre)
+        mean = ((self.split.mean_loss(0), self.split.mean_loss(1))
+                if self.grouped is not None else (0.0, 0.0))
+        return self._map(grid, lambda r: r.restricted(grid, mean))
 
     def window(self, tail: float, cap: int, span=None) -> Tuple[int, int]:
         """(n, centre): the buckets the loss range needs at tail mass ``tail``
@@ -251,12 +258,8 @@ class BucketSet:
         return out
 
     def _rows(self):
-        yield self.split.rows
-        if self.grouped is not None:
-            yield self.grouped.rows
-        if self.paper is not None:
-            for p in self.paper:
-                yield p.rows
+        for _, rep in self.representations():
+            yield rep.rows
 
     def cropped(self) -> "BucketSet":
         """The same buckets on the smallest grid of the usual shape (n = 2^k - 2) that
@@ -281,14 +284,7 @@ class BucketSet:
         if lo < 0 or hi > 2 * n:
             return self
         grid = self.grid.with_buckets(m, centre - n)
-        split = dataclasses.replace(self.split, grid=grid, rows=self.split.rows[:, lo:hi + 1])
-        grouped = (None if self.grouped is None else
-                   dataclasses.replace(self.grouped, grid=grid,
-                                       rows=self.grouped.rows[:, lo:hi + 1]))
-        paper = (None if self.paper is None else
-                 tuple(dataclasses.replace(p, grid=grid, rows=p.rows[:, lo:hi + 1])
-                       for p in self.paper))
-        return BucketSet(grid, split, grouped, paper)
+        return self._map(grid, lambda r: r.columns(grid, lo, hi))
 
     def can_square(self) -> bool:
         """The paper's buckets form e^{t} directly, so they stay inside MAX_LOSS_RANGE;
@@ -375,6 +371,10 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
 #: representations: split pair (upper), grouped buckets for both or one direction
 #: (lower), the paper's buckets (Definition 9 upper, Theorem 2 lower)
 METHODS = ("split", "grouped", "grouped-ab", "grouped-ba", "paper")
+
+#: the registry: method name -> representation class (pb_accountant/representation.py)
+REPRESENTATIONS: Dict[str, Type[BucketRepresentation]] = {
+    cls.method: cls for cls in (SplitBuckets, GroupedBuckets, PaperBuckets)}
 
 
 def grouped_directions(methods) -> Tuple[str, ...]:
