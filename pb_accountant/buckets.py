@@ -191,6 +191,11 @@ class SplitBuckets(BucketRepresentation):
     compositions: int = 1
     overflow: float = 0.0     # mass the last composition moved into the infinity atoms
 
+    @classmethod
+    def leaves(cls, pair, grid: Grid, methods=("split",)) -> Tuple["SplitBuckets", ...]:
+        """The split pair is always composed (it sizes the grid)."""
+        return (cls.from_masses(grid, *pair.bucket_masses_with_error(grid.losses)),)
+
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb) -> "SplitBuckets":
         """Split bucket masses (K+1 intervals of ``grid.losses``, with absolute error
@@ -264,7 +269,7 @@ class SplitBuckets(BucketRepresentation):
         return SplitBuckets(self.grid.with_buckets(n), rows, self.a_inf, self.b_minf,
                             self.error, self.compositions, self.overflow)
 
-    def restricted(self, grid: Grid, mean_loss: Tuple[float, float] = (0.0, 0.0)) -> "SplitBuckets":
+    def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "SplitBuckets":
         """Keep the buckets of ``grid`` (a ``Grid.window``); atoms beyond it are split
         between its edge and +-inf (both masses preserved)."""
         if grid == self.grid:
@@ -427,6 +432,17 @@ class GroupedBuckets(BucketRepresentation):
     def kinds(self) -> Tuple[str, ...]:
         return tuple(k for d in self.directions for k in _ROW_KINDS[d])
 
+    @classmethod
+    def leaves(cls, pair, grid: Grid, methods=("grouped",)) -> Tuple["GroupedBuckets", ...]:
+        """Groups labelled by the nearest grid point, for the directions in ``methods``
+        ("grouped": both; "grouped-ab" / "grouped-ba": one)."""
+        directions = grouped_directions(methods)
+        if not directions:
+            return ()
+        cuts = cls.leaf_grid_points(grid)
+        return (cls.from_masses(grid, *pair.bucket_masses_with_error(cuts),
+                                infinities=pair.infinity_masses(), directions=directions),)
+
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:
         """Cut points (i - 1/2) log f, i = -n+1..n: label i <=> nearest grid point."""
@@ -509,21 +525,23 @@ class GroupedBuckets(BucketRepresentation):
         return self._with(grid, z, err, self.compositions + other.compositions,
                           self._product_infinities(other))
 
-    def restricted(self, grid: Grid, mean_loss: Tuple[float, float] = (0.0, 0.0)) -> "GroupedBuckets":
+    def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "GroupedBuckets":
         """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
         label (weighted by the first mass row) sits at the mean loss of the first
-        direction (``mean_loss``: under A, under B); groups outside the grid's labels
-        are dropped.  Re-labelling by s multiplies C by f^s and D by f^-s (their error
-        bounds too): B_g = C_g f^-label is unchanged."""
+        direction (``mean_loss``: under A, under B; None keeps the labels); groups
+        outside the grid's labels are dropped.  Re-labelling by s multiplies C by f^s
+        and D by f^-s (their error bounds too): B_g = C_g f^-label is unchanged."""
         if grid.log_factor != self.grid.log_factor:
             raise ValueError(f"restricted needs a grid of the same factor, got {grid!r}")
-        centre = mean_loss[0 if self.directions[0] == "ab" else 1]
         d = self.grid.log_factor
-        weights = self.rows[0]
-        labels = self.grid.indices.astype(float)
-        mass = weights.sum()
-        mean = _dot(weights, labels) / mass if mass > 0 else 0.0
-        s = int(round(centre / d - mean))
+        s = 0
+        if mean_loss is not None:
+            centre = mean_loss[0 if self.directions[0] == "ab" else 1]
+            weights = self.rows[0]
+            labels = self.grid.indices.astype(float)
+            mass = weights.sum()
+            mean = _dot(weights, labels) / mass if mass > 0 else 0.0
+            s = int(round(centre / d - mean))
         start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
             + self.grid.number_of_buckets                 # old position of the first new label
         lo, hi = max(start, 0), min(start + grid.size, self.grid.size)
@@ -554,6 +572,17 @@ class GroupedBuckets(BucketRepresentation):
 
 #: rows kept per direction of the grouped lower bound
 _ROW_KINDS = {"ab": ("A", "C"), "ba": ("B", "D")}
+
+
+def grouped_directions(methods) -> Tuple[str, ...]:
+    """Directions of the grouped lower bound that ``methods`` asks for."""
+    if "grouped" in methods or ("grouped-ab" in methods and "grouped-ba" in methods):
+        return ("ab", "ba")
+    if "grouped-ab" in methods:
+        return ("ab",)
+    if "grouped-ba" in methods:
+        return ("ba",)
+    return ()
 
 
 # --------------------------------------------------------------------------- paper
@@ -602,6 +631,16 @@ class PaperBuckets(BucketRepresentation):
             th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
         return {self.direction: ThresholdSum.build(th, pA, pV, t,
                                                    -(self.error[0] + self.error[1]), False)}
+
+    @classmethod
+    def leaves(cls, pair, grid: Grid, methods=("paper",)) -> Tuple["PaperBuckets", ...]:
+        """Both directions: the pair (A||B) and its mirror (B||A)."""
+        if "paper" not in methods:
+            return ()
+        t = grid.losses
+        return (cls.from_masses(grid, *pair.bucket_masses_with_error(t)),
+                cls.from_masses(grid, *pair.mirrored().bucket_masses_with_error(t),
+                                direction="ba"))
 
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb, direction: str = "ab") -> "PaperBuckets":
@@ -661,7 +700,7 @@ class PaperBuckets(BucketRepresentation):
         return PaperBuckets(grid, z, a_inf, self.u + other.u, err,
                             self.compositions + other.compositions, self.direction)
 
-    def restricted(self, grid: Grid, mean_loss: Tuple[float, float] = (0.0, 0.0)) -> "PaperBuckets":
+    def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "PaperBuckets":
         """Corner rules of Definitions 4 and 7 on ``grid`` (a ``Grid.window``): above
         it to infinity, below it into the bottom bucket (whose real EC term is 0)."""
         if grid == self.grid:

@@ -20,7 +20,8 @@ from typing import Dict, FrozenSet, Iterator, Optional, Sequence, Tuple, Type
 import numpy as np
 
 from ._validation import check_count, check_real
-from .buckets import MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets
+from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
+                      grouped_directions)
 from .convolution import convolve_rows
 from .mechanisms import MechanismPair
 from .representation import BucketRepresentation
@@ -165,22 +166,11 @@ class BucketSet:
 
     @staticmethod
     def leaf(pair: MechanismPair, grid: Grid, methods: FrozenSet[str]) -> "BucketSet":
-        t = grid.losses
-        masses = pair.bucket_masses_with_error(t)
-        split = SplitBuckets.from_masses(grid, *masses)
-        grouped = None
-        directions = grouped_directions(methods)
-        if directions:
-            cuts = GroupedBuckets.leaf_grid_points(grid)
-            grouped = GroupedBuckets.from_masses(grid, *pair.bucket_masses_with_error(cuts),
-                                                 infinities=pair.infinity_masses(),
-                                                 directions=directions)
-        paper = None
-        if "paper" in methods:
-            mirrored = pair.mirrored().bucket_masses_with_error(t)
-            paper = (PaperBuckets.from_masses(grid, *masses),
-                     PaperBuckets.from_masses(grid, *mirrored, direction="ba"))
-        return BucketSet(grid, split, grouped, paper)
+        """Every representation ``methods`` asks for, built by its own ``leaves``."""
+        made = {name: cls.leaves(pair, grid, methods) for name, cls in REPRESENTATIONS.items()}
+        return BucketSet(grid, made["split"][0],
+                         made["grouped"][0] if made["grouped"] else None,
+                         made["paper"] or None)
 
     def representations(self) -> Iterator[Tuple[str, BucketRepresentation]]:
         """(method name, representation) for every representation held, in a fixed
@@ -214,7 +204,7 @@ class BucketSet:
             return self
         grid = self.grid.window(n, centre)
         mean = ((self.split.mean_loss(0), self.split.mean_loss(1))
-                if self.grouped is not None else (0.0, 0.0))
+                if self.grouped is not None else None)
         return self._map(grid, lambda r: r.restricted(grid, mean))
 
     def window(self, tail: float, cap: int, span=None) -> Tuple[int, int]:
@@ -375,17 +365,6 @@ METHODS = ("split", "grouped", "grouped-ab", "grouped-ba", "paper")
 #: the registry: method name -> representation class (pb_accountant/representation.py)
 REPRESENTATIONS: Dict[str, Type[BucketRepresentation]] = {
     cls.method: cls for cls in (SplitBuckets, GroupedBuckets, PaperBuckets)}
-
-
-def grouped_directions(methods) -> Tuple[str, ...]:
-    """Directions of the grouped lower bound that ``methods`` asks for."""
-    if "grouped" in methods or ("grouped-ab" in methods and "grouped-ba" in methods):
-        return ("ab", "ba")
-    if "grouped-ab" in methods:
-        return ("ab",)
-    if "grouped-ba" in methods:
-        return ("ba",)
-    return ()
 
 
 def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:

@@ -15,7 +15,7 @@ Adding a representation means one subclass plus one entry in
 from __future__ import annotations
 
 import abc
-from typing import ClassVar, Dict, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -36,6 +36,13 @@ class BucketRepresentation(abc.ABC):
     grid: "object"
     rows: np.ndarray
     compositions: int
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def leaves(cls, pair, grid, methods) -> tuple:
+        """The leaf buckets of mechanism ``pair`` on ``grid`` that ``methods`` asks for
+        (none, or one per stored direction)."""
 
     # -- composition ----------------------------------------------------------------
     @abc.abstractmethod
@@ -58,11 +65,12 @@ class BucketRepresentation(abc.ABC):
         """The same buckets on a grid with ``n`` >= current buckets (exact)."""
 
     @abc.abstractmethod
-    def restricted(self, grid, mean_loss: Tuple[float, float] = (0.0, 0.0)):
+    def restricted(self, grid, mean_loss: Optional[Tuple[float, float]] = None):
         """The buckets on ``grid``, a window of the current grid (same factor, fewer
         buckets, see ``Grid.window``), with this representation's corner rules.
         ``mean_loss``: the composition's mean loss under A and under B, where
-        representations whose labels are only names re-centre them."""
+        representations whose labels are only names re-centre them (None: keep the
+        labels)."""
 
     def compose(self, other):
         """T1 x T2 on this grid (corner rules of ``restricted``)."""
