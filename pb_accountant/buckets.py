@@ -387,6 +387,7 @@ class GroupedBuckets(BucketRepresentation):
     """
 
     method: ClassVar[str] = "grouped"
+    relabels: ClassVar[bool] = True
 
     grid: Grid
     rows: np.ndarray          # (2 or 4, 2n+1), see ``kinds``
@@ -599,6 +600,8 @@ class PaperBuckets(BucketRepresentation):
     """
 
     method: ClassVar[str] = "paper"
+    forms_exponentials: ClassVar[bool] = True
+    batchable: ClassVar[bool] = False       # operands are ``tamed`` before convolving
 
     grid: Grid
     rows: np.ndarray          # (3, 2n+1): A, V, R

@@ -153,12 +153,36 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
 
 @dataclass(frozen=True, eq=False)
 class BucketSet:
-    """The representations of one composition, all on the same grid."""
+    """The representations of one composition, all on the same grid.
+
+    ``members`` holds, per registered method (``REPRESENTATIONS`` order, split first),
+    the objects that method stores (one, or one per direction); every operation goes
+    through the interface of pb_accountant/representation.py.
+    """
 
     grid: Grid
-    split: SplitBuckets
-    grouped: Optional[GroupedBuckets]
-    paper: Optional[Tuple[PaperBuckets, PaperBuckets]]   # (A||B, B||A)
+    members: Tuple[Tuple[str, Tuple[BucketRepresentation, ...]], ...]
+
+    def _get(self, method: str) -> Tuple[BucketRepresentation, ...]:
+        for name, reps in self.members:
+            if name == method:
+                return reps
+        return ()
+
+    @property
+    def split(self) -> SplitBuckets:
+        """The split pair: always composed (it sizes the grid and the infinity mass)."""
+        return self._get("split")[0]
+
+    @property
+    def grouped(self) -> Optional[GroupedBuckets]:
+        reps = self._get("grouped")
+        return reps[0] if reps else None
+
+    @property
+    def paper(self) -> Optional[Tuple[PaperBuckets, ...]]:
+        """(A||B, B||A), or None."""
+        return self._get("paper") or None
 
     @property
     def compositions(self) -> int:
@@ -167,26 +191,22 @@ class BucketSet:
     @staticmethod
     def leaf(pair: MechanismPair, grid: Grid, methods: FrozenSet[str]) -> "BucketSet":
         """Every representation ``methods`` asks for, built by its own ``leaves``."""
-        made = {name: cls.leaves(pair, grid, methods) for name, cls in REPRESENTATIONS.items()}
-        return BucketSet(grid, made["split"][0],
-                         made["grouped"][0] if made["grouped"] else None,
-                         made["paper"] or None)
+        members = tuple((name, reps) for name, reps in
+                        ((name, tuple(cls.leaves(pair, grid, methods)))
+                         for name, cls in REPRESENTATIONS.items()) if reps)
+        return BucketSet(grid, members)
 
     def representations(self) -> Iterator[Tuple[str, BucketRepresentation]]:
         """(method name, representation) for every representation held, in a fixed
         order (split, grouped, paper A||B, paper B||A): the engine's curve order."""
-        yield SplitBuckets.method, self.split
-        if self.grouped is not None:
-            yield GroupedBuckets.method, self.grouped
-        if self.paper is not None:
-            for p in self.paper:
-                yield PaperBuckets.method, p
+        for name, reps in self.members:
+            for rep in reps:
+                yield name, rep
 
     def _map(self, grid, f) -> "BucketSet":
         """Apply one interface operation ``f`` to every representation."""
-        return BucketSet(grid, f(self.split),
-                         f(self.grouped) if self.grouped is not None else None,
-                         tuple(f(p) for p in self.paper) if self.paper else None)
+        return BucketSet(grid, tuple((name, tuple(f(r) for r in reps))
+                                     for name, reps in self.members))
 
     def squared(self) -> "BucketSet":
         return self._map(self.grid.squared(), lambda r: r.squared())
@@ -203,8 +223,8 @@ class BucketSet:
         if n >= self.grid.number_of_buckets:
             return self
         grid = self.grid.window(n, centre)
-        mean = ((self.split.mean_loss(0), self.split.mean_loss(1))
-                if self.grouped is not None else None)
+        relabels = any(r.relabels for _, r in self.representations())
+        mean = (self.split.mean_loss(0), self.split.mean_loss(1)) if relabels else None
         return self._map(grid, lambda r: r.restricted(grid, mean))
 
     def window(self, tail: float, cap: int, span=None) -> Tuple[int, int]:
@@ -276,10 +296,16 @@ class BucketSet:
         grid = self.grid.with_buckets(m, centre - n)
         return self._map(grid, lambda r: r.columns(grid, lo, hi))
 
+    @property
+    def forms_exponentials(self) -> bool:
+        """Some representation forms e^{t} directly (the paper's buckets): the grid
+        must then stay inside MAX_LOSS_RANGE."""
+        return any(r.forms_exponentials for _, r in self.representations())
+
     def can_square(self) -> bool:
-        """The paper's buckets form e^{t} directly, so they stay inside MAX_LOSS_RANGE;
-        the split and grouped buckets may square without limit."""
-        if self.paper is None:
+        """Representations that form e^{t} directly stay inside MAX_LOSS_RANGE; the
+        others (split, grouped) may square without limit."""
+        if not self.forms_exponentials:
             return True
         g = self.grid
         return (g.number_of_buckets + abs(g.offset)) * g.log_factor * 4.0 <= MAX_LOSS_RANGE
@@ -288,22 +314,26 @@ class BucketSet:
         """Product with all indices kept; ``tolerance``: round-off worth a finer split."""
         o = self if same else other
         t = tolerance
-        if self.grouped is not None and self.grid.number_of_buckets <= 4094:
+        pairs = [(x, y) for (_, x), (_, y) in zip(self.representations(), o.representations())]
+        if len(pairs) != sum(len(reps) for _, reps in o.members):
+            raise ValueError("compose needs BucketSets of the same representations")
+        batched = [(x, y) for x, y in pairs if x.batchable]
+        out = {}
+        if len(batched) > 1 and self.grid.number_of_buckets <= 4094:
             # small grids: one batched transform for the split and the grouped rows
             # (large ones decide the finer split per representation instead)
-            rows = np.vstack([self.split.rows, self.grouped.rows])
+            rows = np.vstack([x.rows for x, _ in batched])
             z, err = convolve_rows(rows, None if same else
-                                   np.vstack([o.split.rows, o.grouped.rows]), t)
-            split = self.split.from_product(o.split, z[:2], err[:2])
-            grouped = self.grouped.from_product(o.grouped, z[2:], err[2:])
-        else:
-            split = self.split.compose_full(o.split, t)
-            grouped = (self.grouped.compose_full(o.grouped, t)
-                       if self.grouped is not None else None)
-        return BucketSet(
-            split.grid, split, grouped,
-            tuple(p.compose_full(q, t) for p, q in zip(self.paper, o.paper))
-            if self.paper else None)
+                                   np.vstack([y.rows for _, y in batched]), t)
+            start = 0
+            for x, y in batched:
+                k = len(x.rows)
+                out[id(x)] = x.from_product(y, z[start:start + k], err[start:start + k])
+                start += k
+        members = tuple((name, tuple(out[id(x)] if id(x) in out else x.compose_full(y, t)
+                                     for x, y in zip(reps, o._get(name))))
+                        for name, reps in self.members)
+        return BucketSet(members[0][1][0].grid, members)
 
 
 def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
@@ -320,7 +350,7 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
         x = x.trimmed(budget_per_step, options.max_buckets)
         y = x if same else y.trimmed(budget_per_step, options.max_buckets)
     n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
-    if x.paper is not None:
+    if x.forms_exponentials:
         offsets = abs(x.grid.offset + y.grid.offset)
         limit = int((MAX_LOSS_RANGE / x.grid.log_factor - offsets) / 2.0) // 2 * 2
         if n > limit:                  # the paper's buckets form e^t: keep it in range
@@ -456,7 +486,8 @@ class Composer:
         key = (pair, cfg)
         chain = self._powers.get(key)
         if chain is None:
-            cap = MAX_LOSS_RANGE / 8.0 if "paper" in methods else LEAF_LOSS_RANGE
+            exps = any(REPRESENTATIONS[m.split("-")[0]].forms_exponentials for m in methods)
+            cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
             chain = (BucketSet.leaf(pair, leaf_grid(pair, budget, self.options, cap), methods),)
         while len(chain) <= k:
             last = chain[-1]

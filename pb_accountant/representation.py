@@ -32,7 +32,14 @@ class BucketRepresentation(abc.ABC):
 
     #: method name under which the engine reports this representation's curves
     method: ClassVar[str]
-    #: names of the rows, in storage order (e.g. ("A", "B"))
+    #: True where the rows form e^{t} directly (f^i-scaled masses): the grid must then
+    #: stay inside MAX_LOSS_RANGE (pb_accountant/buckets.py)
+    forms_exponentials: ClassVar[bool] = False
+    #: True where labels are only names that ``restricted`` re-centres on ``mean_loss``
+    relabels: ClassVar[bool] = False
+    #: True where ``from_product`` may take rows convolved in one batch with others
+    batchable: ClassVar[bool] = True
+
     grid: "object"
     rows: np.ndarray
     compositions: int
