@@ -21,7 +21,7 @@ import numpy as np
 
 from ._validation import check_count, check_real
 from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
-                      grouped_directions)
+                      grouped_directions)  # noqa: F401  (grouped_directions re-exported)
 from .convolution import convolve_rows
 from .mechanisms import MechanismPair
 from .representation import BucketRepresentation

@@ -1,4 +1,4 @@
-"""The interface every bucket representation implements (docs/method.md §3-§7).
+"""The interface every bucket representation implements (docs/method.md §9).
 
 A representation stores one composition on a ``Grid`` as rows of masses (so that
 composition is one batched convolution per row, paper Definition 4) together with
