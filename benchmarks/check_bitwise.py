@@ -1,8 +1,8 @@
 """Bit-for-bit regression check for engine restructurings (commits that change no number).
 
 Computes ``epsilon_bounds`` and ``delta_bounds`` for every method (split, grouped,
-paper, best) on the four settings of ``bench_engine.py`` and on ~20 random settings
-drawn with a fixed seed (heterogeneous histories; Laplace, Gaussian, randomized
+paper, best) on the four settings of ``bench_engine.py``, four fixed-grid settings
+(``number_of_buckets``, ``factor``) and ~20 random settings drawn with a fixed seed (heterogeneous histories; Laplace, Gaussian, randomized
 response, subsampled Gaussian; tiny and large deltas), plus the top-level adaptive
 ``epsilon_bounds``, and stores ``float.hex`` of every number.
 
@@ -58,20 +58,35 @@ def _random_settings(count: int = 20, seed: int = 20261123):
     return out
 
 
+def _fixed_grid_settings():
+    """Expert options: a fixed number_of_buckets (the paper's squaring rule), a factor."""
+    from pb_accountant import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
+    return [
+        ("fixed0", [(SubsampledGaussian(1.1, 0.01), 1000)], 1e-5, {"number_of_buckets": 2000}),
+        ("fixed1", [(RandomizedResponse(0.6), 50)], 1e-4,
+         {"factor": 1.01, "number_of_buckets": 500}),
+        ("fixed2", [(Laplace(2.0), 30), (Gaussian(3.0), 7)], 1e-6,
+         {"factor": 1.001, "number_of_buckets": 4000}),
+        ("fixed3", [(Gaussian(3.0), 100)], 1e-8,
+         {"number_of_buckets": 1024, "free_infty_budget": 1e-12}),
+    ]
+
+
 def compute(quick: bool = False) -> dict:
     from pb_accountant import SubsampledGaussian, compose, epsilon_bounds
-    settings = [(f"bench{k}", [(SubsampledGaussian(s, q), n)], d)
+    settings = [(f"bench{k}", [(SubsampledGaussian(s, q), n)], d, {})
                 for k, (s, q, n, d) in enumerate(BENCH)]
     if quick:
         settings = settings[1:3]
-    settings += _random_settings()
+    settings += [(name, h, d, {}) for name, h, d in _random_settings()]
+    settings += _fixed_grid_settings()
     results = {}
-    for name, history, delta in settings:
+    for name, history, delta, options in settings:
         t0 = time.perf_counter()
         rec = {}
-        top = epsilon_bounds(history, delta)
+        top = epsilon_bounds(history, delta, **options)
         rec["epsilon_bounds"] = [_hex(top.lower), _hex(top.upper)]
-        pb = compose(history, delta=delta, methods=("split", "grouped", "paper"))
+        pb = compose(history, delta=delta, methods=("split", "grouped", "paper"), **options)
         for method in (None, "split", "grouped", "paper"):
             key = method or "best"
             for dd in (delta, delta * 10.0 if delta < 0.05 else delta / 10.0):

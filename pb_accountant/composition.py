@@ -365,8 +365,8 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
         # the paper's rule on a fixed number of buckets
         while True:
             z = x.compose_full(y, same, tol).restricted(n)
-            inf_before = (max(x.split.a_inf, x.split.b_minf) + max(y.split.a_inf, y.split.b_minf))
-            inf_after = max(z.split.a_inf, z.split.b_minf)
+            inf_before = max(x.split.infinity_bucket) + max(y.split.infinity_bucket)
+            inf_after = max(z.split.infinity_bucket)
             if (z.split.overflow > budget_per_step * z.compositions
                     and inf_after > 0.5 * options.growth_factor * inf_before and x.can_square()):
                 x = x.squared()
