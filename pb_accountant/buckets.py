@@ -182,6 +182,7 @@ class SplitBuckets(BucketRepresentation):
     upper bounds of both directions (docs/method.md §4)."""
 
     method: ClassVar[str] = "split"
+    variants: ClassVar[Tuple[str, ...]] = ("split",)
 
     grid: Grid
     rows: np.ndarray          # (2, 2n+1): A-mass and B-mass of the atom at t_i
@@ -387,6 +388,7 @@ class GroupedBuckets(BucketRepresentation):
     """
 
     method: ClassVar[str] = "grouped"
+    variants: ClassVar[Tuple[str, ...]] = ("grouped", "grouped-ab", "grouped-ba")
     relabels: ClassVar[bool] = True
 
     grid: Grid
@@ -600,6 +602,7 @@ class PaperBuckets(BucketRepresentation):
     """
 
     method: ClassVar[str] = "paper"
+    variants: ClassVar[Tuple[str, ...]] = ("paper",)
     forms_exponentials: ClassVar[bool] = True
     batchable: ClassVar[bool] = False       # operands are ``tamed`` before convolving
 

@@ -388,13 +388,20 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
     return z.restricted(min(n_out, z.grid.number_of_buckets), centre)
 
 
-#: representations: split pair (upper), grouped buckets for both or one direction
-#: (lower), the paper's buckets (Definition 9 upper, Theorem 2 lower)
-METHODS = ("split", "grouped", "grouped-ab", "grouped-ba", "paper")
-
-#: the registry: method name -> representation class (pb_accountant/representation.py)
+#: the registry: method name -> representation class (pb_accountant/representation.py):
+#: split pair (upper), grouped buckets for both or one direction (lower), the paper's
+#: buckets (Definition 9 upper, Theorem 2 lower)
 REPRESENTATIONS: Dict[str, Type[BucketRepresentation]] = {
     cls.method: cls for cls in (SplitBuckets, GroupedBuckets, PaperBuckets)}
+
+
+def known_methods() -> Tuple[str, ...]:
+    """Every name ``methods`` may hold: the variants of the registered representations."""
+    return tuple(v for cls in REPRESENTATIONS.values() for v in cls.variants)
+
+
+#: the method names of the built-in representations
+METHODS = known_methods()
 
 
 def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:
@@ -486,7 +493,8 @@ class Composer:
         key = (pair, cfg)
         chain = self._powers.get(key)
         if chain is None:
-            exps = any(REPRESENTATIONS[m.split("-")[0]].forms_exponentials for m in methods)
+            exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
+                       if methods & set(cls.variants))
             cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
             chain = (BucketSet.leaf(pair, leaf_grid(pair, budget, self.options, cap), methods),)
         while len(chain) <= k:
@@ -557,9 +565,10 @@ class Composer:
                 methods: Sequence[str] = ("split", "grouped")) -> Optional[BucketSet]:
         """The BucketSet of a canonical history (None for an empty one)."""
         methods = frozenset(methods) | {"split"}
-        unknown = methods - set(METHODS)
+        known = known_methods()
+        unknown = methods - set(known)
         if unknown:
-            raise ValueError(f"methods must be among {', '.join(METHODS)}, got {sorted(unknown)!r}")
+            raise ValueError(f"methods must be among {', '.join(known)}, got {sorted(unknown)!r}")
         history = canonical_history(history)
         if not history:
             return None

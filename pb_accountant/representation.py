@@ -32,6 +32,8 @@ class BucketRepresentation(abc.ABC):
 
     #: method name under which the engine reports this representation's curves
     method: ClassVar[str]
+    #: the names in ``methods`` that ask for it (e.g. one direction only)
+    variants: ClassVar[Tuple[str, ...]]
     #: True where the rows form e^{t} directly (f^i-scaled masses): the grid must then
     #: stay inside MAX_LOSS_RANGE (pb_accountant/buckets.py)
     forms_exponentials: ClassVar[bool] = False

@@ -26,7 +26,7 @@ def test_interface_is_abstract():
 def test_each_representation_implements_the_interface(name):
     cls = REPRESENTATIONS[name]
     assert issubclass(cls, BucketRepresentation)
-    assert cls.method == name
+    assert cls.method == name and name in cls.variants
     assert not inspect.isabstract(cls)
     for method in ABSTRACT:                  # defined by the class itself, not inherited
         assert method in cls.__dict__, f"{cls.__name__} lacks {method}"
@@ -130,3 +130,28 @@ def test_engine_joins_lower_curves_through_public_methods():
     assert adaptive_epsilon_bounds(composer, history, 1e-5).upper == full.epsilon_bounds(1e-5).upper
     with pytest.raises(ValueError, match="method"):
         ab.epsilon_upper(1e-5, "paper")
+
+
+def test_a_new_representation_needs_only_a_registry_entry(monkeypatch):
+    """A registered representation is built, composed and queried with no change to
+    the engine or the BucketSet (here a second split pair under another name)."""
+    from pb_accountant import SubsampledGaussian, compose
+    from pb_accountant import composition
+    from pb_accountant.buckets import SplitBuckets
+
+    class TwinSplit(SplitBuckets):
+        method = "twin"
+        variants = ("twin",)
+
+        @classmethod
+        def leaves(cls, pair, grid, methods=("twin",)):
+            return super().leaves(pair, grid, methods) if "twin" in methods else ()
+
+    monkeypatch.setitem(composition.REPRESENTATIONS, "twin", TwinSplit)
+    history = [(SubsampledGaussian(1.0, 0.02), 300)]
+    pb = compose(history, delta=1e-5, methods=("split", "grouped", "twin"))
+    assert "twin" in pb.methods and len(pb.upper_curves("twin")) == 2
+    assert pb.epsilon_upper(1e-5, "twin") == pb.epsilon_upper(1e-5, "split")
+    assert np.array_equal(pb.delta_upper([0.5, 1.0], "twin"), pb.delta_upper([0.5, 1.0], "split"))
+    with pytest.raises(ValueError, match="methods must be among"):
+        compose(history, delta=1e-5, methods=("split", "nope"))
