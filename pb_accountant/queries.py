@@ -8,7 +8,8 @@ with each included term >= 0, so F is non-increasing and, between two consecutiv
 thresholds theta, equal to (K - e^eps Q): a whole array of eps is one pass of
 cumulative sums (with a certified allowance for their round-off), and the crossing
 F(eps) = delta has a closed form.  The returned epsilons are re-checked with the very
-function ``delta_bounds`` reports, at the very point returned.
+function ``delta_bounds`` reports, at the very point returned.  ``PaperUpper`` is the
+paper's Definition 9 bound (docs/method.md §5), searched by bisection instead.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ Adding a representation means one subclass plus one entry in
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
@@ -89,7 +90,6 @@ class BucketRepresentation(abc.ABC):
     def columns(self, grid, lo: int, hi: int):
         """The same buckets with only positions lo..hi kept, on ``grid``: exact when
         every row is zero outside (used to crop emptied buckets)."""
-        import dataclasses
         return dataclasses.replace(self, grid=grid, rows=self.rows[:, lo:hi + 1])
 
     # -- the infinity bucket and certified errors --------------------------------------
