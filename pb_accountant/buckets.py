@@ -166,6 +166,17 @@ def _log(x):
         return np.log(x)
 
 
+def _upper_const(x: float) -> float:
+    """An upper bound's constant; a non-finite certified error (an overflowed bound)
+    makes the bound trivial (1 after clamping), never NaN."""
+    return float(x) if not math.isnan(x) else math.inf
+
+
+def _lower_const(x: float) -> float:
+    """A lower bound's constant; a non-finite certified error makes it trivial (0)."""
+    return float(x) if math.isfinite(x) else -math.inf
+
+
 def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
     """l1 error of a product: Young's inequality, FFT round-off and the corner sums
     (``folded``: mass summed into the corners, each sum of <= n terms)."""
@@ -255,8 +266,10 @@ class SplitBuckets(BucketRepresentation):
         (r, u: q = r e^{-u}) so grids may reach any loss (docs/floating-point.md)."""
         t = self.grid.losses
         A, B = self.rows
-        return {"ab": ThresholdSum.build(t, A, A, t, self.a_inf + self.error[0], True),
-                "ba": ThresholdSum.build(-t, B, B, -t, self.b_minf + self.error[1], True)}
+        return {"ab": ThresholdSum.build(t, A, A, t, _upper_const(self.a_inf + self.error[0]),
+                                         True),
+                "ba": ThresholdSum.build(-t, B, B, -t,
+                                         _upper_const(self.b_minf + self.error[1]), True)}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
         return {}
@@ -422,13 +435,15 @@ class GroupedBuckets(BucketRepresentation):
                 th = np.minimum(t + k, t + _log(gA) - _log(gC))
                 curves["ab"] = ThresholdSum.build(
                     np.nan_to_num(th, nan=-np.inf), gA, gC, t,
-                    self.a_inf - (self.row_error("A") + w * self.row_error("C")), False)
+                    _lower_const(self.a_inf - (self.row_error("A") + w * self.row_error("C"))),
+                    False)
             if "ba" in self.directions:
                 gB, gD = self.row("B"), self.row("D")
                 th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
                 curves["ba"] = ThresholdSum.build(
                     np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
-                    self.b_minf - (self.row_error("B") + w * self.row_error("D")), False)
+                    _lower_const(self.b_minf - (self.row_error("B") + w * self.row_error("D"))),
+                    False)
         return curves
 
     @property
@@ -545,6 +560,10 @@ class GroupedBuckets(BucketRepresentation):
             mass = weights.sum()
             mean = _dot(weights, labels) / mass if mass > 0 else 0.0
             s = int(round(centre / d - mean))
+            if not abs(s * d) <= _MAX_RELABEL:
+                # f^s would leave floating-point range: keeping the labels is valid too
+                # (groups outside the window are dropped, which only lowers the bound)
+                s = 0
         start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
             + self.grid.number_of_buckets                 # old position of the first new label
         lo, hi = max(start, 0), min(start + grid.size, self.grid.size)
@@ -572,6 +591,9 @@ class GroupedBuckets(BucketRepresentation):
         err = self.error * growth + 4.0 * _U * self.rows.sum(axis=1)
         return self._with(self.grid.squared(), rows, err)
 
+
+#: largest |loss| a re-labelling may move groups by (f^s stays a finite double)
+_MAX_RELABEL = 700.0
 
 #: rows kept per direction of the grouped lower bound
 _ROW_KINDS = {"ab": ("A", "C"), "ba": ("B", "D")}
@@ -626,7 +648,7 @@ class PaperBuckets(BucketRepresentation):
     def upper_curves(self) -> Dict[str, PaperUpper]:
         """Definition 9 (u_T misplacement, real EC terms)."""
         A, _, R = self.rows
-        const = self.a_inf + self.error[0] + self.error[2]
+        const = _upper_const(self.a_inf + self.error[0] + self.error[2])
         return {self.direction: PaperUpper(self.grid, A, R, const, self.u)}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
@@ -635,8 +657,8 @@ class PaperBuckets(BucketRepresentation):
         pA, pV, _ = self.rows
         with np.errstate(invalid="ignore", divide="ignore"):
             th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
-        return {self.direction: ThresholdSum.build(th, pA, pV, t,
-                                                   -(self.error[0] + self.error[1]), False)}
+        return {self.direction: ThresholdSum.build(
+            th, pA, pV, t, _lower_const(-(self.error[0] + self.error[1])), False)}
 
     @classmethod
     def leaves(cls, pair, grid: Grid, methods=("paper",)) -> Tuple["PaperBuckets", ...]:
