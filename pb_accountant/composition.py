@@ -314,9 +314,10 @@ class BucketSet:
         """Product with all indices kept; ``tolerance``: round-off worth a finer split."""
         o = self if same else other
         t = tolerance
-        pairs = [(x, y) for (_, x), (_, y) in zip(self.representations(), o.representations())]
-        if len(pairs) != sum(len(reps) for _, reps in o.members):
+        if ([(name, len(reps)) for name, reps in self.members]
+                != [(name, len(reps)) for name, reps in o.members]):
             raise ValueError("compose needs BucketSets of the same representations")
+        pairs = [(x, y) for (_, x), (_, y) in zip(self.representations(), o.representations())]
         batched = [(x, y) for x, y in pairs if x.batchable]
         out = {}
         if len(batched) > 1 and self.grid.number_of_buckets <= 4094:

@@ -99,13 +99,11 @@ class PrivacyBuckets:
                 f"the infinity atoms (distinguishing events, mass beyond the grid) plus "
                 f"certified round-off carry {self.infinity_mass:.3g}, over 1% of "
                 f"delta={delta:.3g}; the upper bound counts them in full")
-        if delta is not None and self.buckets is not None and self.infinity_mass >= delta:
-            notes.append(self._uncertified_note())
+        if self.buckets is not None and self.infinity_mass >= 1.0:
+            notes.append("bounds cannot be certified below the trivial ones (delta 1, epsilon "
+                         "inf): the infinity mass plus certified round-off is 1, the losses "
+                         "are beyond the grid's range")
         return tuple(notes)
-
-    def _uncertified_note(self) -> str:
-        return ("epsilon cannot be certified for this delta: the infinity mass plus "
-                f"certified round-off ({self.infinity_mass:.3g}) is not below delta")
 
     # -- delta ------------------------------------------------------------------------
     def delta_upper(self, epsilon, method: Optional[str] = None) -> np.ndarray:
@@ -171,8 +169,9 @@ class PrivacyBuckets:
         up = self.epsilon_upper(delta, up_method)
         lo = min(self.epsilon_lower(delta, lo_method), up) if self._lower or self.buckets is None else 0.0
         notes = self._notes(delta)
-        if math.isinf(up) and self._uncertified_note() not in notes:
-            notes += (self._uncertified_note(),)
+        if math.isinf(up):
+            notes += ("no epsilon could be certified for this delta: the infinity mass plus "
+                      f"certified round-off ({self.infinity_mass:.3g}) is not below delta",)
         return EpsilonBounds(delta, float(lo), float(up), method or "best", self.grid_info, notes)
 
     def curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
