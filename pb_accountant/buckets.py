@@ -23,11 +23,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from .convolution import UNIT_ROUNDOFF, convolve_rows
+from ._fp import UNIT_ROUNDOFF
+from .convolution import convolve_rows
+from .queries import PaperUpper, ThresholdSum
+from .representation import BucketRepresentation
 
 _U = UNIT_ROUNDOFF
 
@@ -93,6 +96,15 @@ class Grid:
     def with_buckets(self, n: int, shift: int = 0) -> "Grid":
         return Grid(self.log_factor, n, self.offset + shift)
 
+    def window(self, n: int, centre: int = 0) -> "Grid":
+        """The window of 2n+1 buckets around local index ``centre`` (clipped into this
+        grid); this grid itself if ``n`` is not smaller than its number_of_buckets."""
+        m = self.number_of_buckets
+        if n >= m:
+            return self
+        centre = max(-(m - n), min(m - n, int(centre)))
+        return self.with_buckets(n, centre)
+
 
 def _dot(a, b) -> float:
     """Dot product of two vectors without BLAS (whose threads stall on busy machines)."""
@@ -129,12 +141,14 @@ def _merged(row: np.ndarray, grid: Grid, odd_weight: float = 1.0) -> np.ndarray:
     return out
 
 
-def _window(grid: Grid, n: int, centre: int):
-    """Positions [lo, hi] of the kept window of ``2n+1`` buckets centred on local
-    index ``centre`` (clipped into the grid)."""
-    m = grid.number_of_buckets
-    centre = max(-(m - n), min(m - n, int(centre)))
-    return m + centre - n, m + centre + n, centre
+def _window(grid: Grid, window: Grid):
+    """Positions [lo, hi] of ``window`` (from ``grid.window``) inside ``grid``."""
+    if (window.log_factor != grid.log_factor or window.number_of_buckets > grid.number_of_buckets
+            or abs(window.offset - grid.offset) > grid.number_of_buckets - window.number_of_buckets):
+        raise ValueError(f"restricted needs a window of the grid {grid!r}, got {window!r}")
+    m, n = grid.number_of_buckets, window.number_of_buckets
+    centre = window.offset - grid.offset
+    return m + centre - n, m + centre + n
 
 
 @functools.lru_cache(maxsize=256)
@@ -145,6 +159,22 @@ def _fold_weights(n: int, log_factor: float):
     keep.setflags(write=False)
     out.setflags(write=False)
     return keep, out
+
+
+def _log(x):
+    with np.errstate(divide="ignore"):
+        return np.log(x)
+
+
+def _upper_const(x: float) -> float:
+    """An upper bound's constant; a non-finite certified error (an overflowed bound)
+    makes the bound trivial (1 after clamping), never NaN."""
+    return float(x) if not math.isnan(x) else math.inf
+
+
+def _lower_const(x: float) -> float:
+    """A lower bound's constant; a non-finite certified error makes it trivial (0)."""
+    return float(x) if math.isfinite(x) else -math.inf
 
 
 def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
@@ -158,8 +188,12 @@ def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
 
 # --------------------------------------------------------------------------- split
 @dataclass(frozen=True, eq=False)
-class SplitBuckets:
-    """Atoms on grid points (A-masses, B-masses) plus atoms at +inf (A) and -inf (B)."""
+class SplitBuckets(BucketRepresentation):
+    """Atoms on grid points (A-masses, B-masses) plus atoms at +inf (A) and -inf (B):
+    upper bounds of both directions (docs/method.md §4)."""
+
+    method: ClassVar[str] = "split"
+    variants: ClassVar[Tuple[str, ...]] = ("split",)
 
     grid: Grid
     rows: np.ndarray          # (2, 2n+1): A-mass and B-mass of the atom at t_i
@@ -168,6 +202,11 @@ class SplitBuckets:
     error: np.ndarray         # (2,) l1 error bounds of (A row, a_inf) and (B row, b_minf)
     compositions: int = 1
     overflow: float = 0.0     # mass the last composition moved into the infinity atoms
+
+    @classmethod
+    def leaves(cls, pair, grid: Grid, methods=("split",)) -> Tuple["SplitBuckets", ...]:
+        """The split pair is always composed (it sizes the grid)."""
+        return (cls.from_masses(grid, *pair.bucket_masses_with_error(grid.losses)),)
 
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb) -> "SplitBuckets":
@@ -209,6 +248,32 @@ class SplitBuckets:
     def masses(self) -> np.ndarray:
         return self.rows.sum(axis=1) + np.array([self.a_inf, self.b_minf])
 
+    @property
+    def infinity_bucket(self) -> Tuple[float, float]:
+        return self.a_inf, self.b_minf
+
+    def row_errors(self) -> Dict[str, float]:
+        """Row errors; the A (B) error also covers ``a_inf`` (``b_minf``)."""
+        return {"A": float(self.error[0]), "B": float(self.error[1])}
+
+    def infinity_mass(self) -> float:
+        """Mass every upper bound counts in full: the infinity bucket plus certified
+        round-off, the larger direction."""
+        return max(self.a_inf + self.error[0], self.b_minf + self.error[1])
+
+    def upper_curves(self) -> Dict[str, ThresholdSum]:
+        """Both directions of the split pair; B-mass weights are passed factored
+        (r, u: q = r e^{-u}) so grids may reach any loss (docs/floating-point.md)."""
+        t = self.grid.losses
+        A, B = self.rows
+        return {"ab": ThresholdSum.build(t, A, A, t, _upper_const(self.a_inf + self.error[0]),
+                                         True),
+                "ba": ThresholdSum.build(-t, B, B, -t,
+                                         _upper_const(self.b_minf + self.error[1]), True)}
+
+    def lower_curves(self) -> Dict[str, ThresholdSum]:
+        return {}
+
     def padded(self, n: int) -> "SplitBuckets":
         """The same atoms on a grid with more buckets (exact)."""
         k = n - self.grid.number_of_buckets
@@ -218,13 +283,12 @@ class SplitBuckets:
         return SplitBuckets(self.grid.with_buckets(n), rows, self.a_inf, self.b_minf,
                             self.error, self.compositions, self.overflow)
 
-    def restricted(self, n: int, centre: int = 0) -> "SplitBuckets":
-        """Keep 2n+1 buckets around local index ``centre``; atoms beyond the window are
-        split between its edge and +-inf (both masses preserved)."""
-        m = self.grid.number_of_buckets
-        if n >= m:
+    def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "SplitBuckets":
+        """Keep the buckets of ``grid`` (a ``Grid.window``); atoms beyond it are split
+        between its edge and +-inf (both masses preserved)."""
+        if grid == self.grid:
             return self
-        lo, hi, centre = _window(self.grid, n, centre)
+        lo, hi = _window(self.grid, grid)
         d = self.grid.log_factor
         A, B = self.rows
         a_top, a_bot = A[hi + 1:], A[:lo]
@@ -241,7 +305,7 @@ class SplitBuckets:
         b_over = _dot(b_bot, w_out_bot)
         folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
         err = self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
-        return SplitBuckets(self.grid.with_buckets(n, centre), np.vstack([newA, newB]),
+        return SplitBuckets(grid, np.vstack([newA, newB]),
                             self.a_inf + a_over, self.b_minf + b_over, err,
                             self.compositions, self.overflow + max(a_over, b_over))
 
@@ -263,10 +327,6 @@ class SplitBuckets:
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return SplitBuckets(grid, z, a_inf, b_minf, err,
                             self.compositions + other.compositions, 0.0)
-
-    def compose(self, other: "SplitBuckets") -> "SplitBuckets":
-        """T1 x T2 on this grid (Definition 4's corners, split as in ``restricted``)."""
-        return self.compose_full(other).restricted(self.grid.number_of_buckets)
 
     def squared(self) -> "SplitBuckets":
         """T: f -> f^2; odd points split between their even neighbours, masses kept."""
@@ -329,7 +389,7 @@ LABEL_SLACK = 0.05
 
 
 @dataclass(frozen=True, eq=False)
-class GroupedBuckets:
+class GroupedBuckets(BucketRepresentation):
     """Groups of events with exact masses, for the lower bound of one or both directions.
 
     Rows, by direction: "ab" (A||B) keeps A and C = B f^i, "ba" (B||A) keeps B and
@@ -340,17 +400,66 @@ class GroupedBuckets:
     (-inf) form one more group each, kept as a scalar mass.
     """
 
+    method: ClassVar[str] = "grouped"
+    variants: ClassVar[Tuple[str, ...]] = ("grouped", "grouped-ab", "grouped-ba")
+    relabels: ClassVar[bool] = True
+
     grid: Grid
     rows: np.ndarray          # (2 or 4, 2n+1), see ``kinds``
     error: np.ndarray         # l1 error bound per row
     compositions: int = 1
-    a_pinf: float = 0.0       # A-mass of the group of events with loss +inf (B = 0)
+    a_inf: float = 0.0        # A-mass of the group of events with loss +inf (B = 0)
     b_minf: float = 0.0       # B-mass of the group of events with loss -inf (A = 0)
     directions: Tuple[str, ...] = ("ab", "ba")
 
     @property
+    def infinity_bucket(self) -> Tuple[float, float]:
+        return self.a_inf, self.b_minf
+
+    def row_errors(self) -> Dict[str, float]:
+        return {k: float(e) for k, e in zip(self.kinds, self.error)}
+
+    def upper_curves(self) -> Dict[str, ThresholdSum]:
+        return {}
+
+    def lower_curves(self) -> Dict[str, ThresholdSum]:
+        """Theorem 2 over all groups, per direction: a group counts while its label
+        (plus LABEL_SLACK) does not exceed its likelihood ratio."""
+        t = self.grid.losses
+        k = LABEL_SLACK
+        w = math.exp(k)
+        curves = {}
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            if "ab" in self.directions:
+                gA, gC = self.row("A"), self.row("C")
+                th = np.minimum(t + k, t + _log(gA) - _log(gC))
+                curves["ab"] = ThresholdSum.build(
+                    np.nan_to_num(th, nan=-np.inf), gA, gC, t,
+                    _lower_const(self.a_inf - (self.row_error("A") + w * self.row_error("C"))),
+                    False)
+            if "ba" in self.directions:
+                gB, gD = self.row("B"), self.row("D")
+                th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
+                curves["ba"] = ThresholdSum.build(
+                    np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
+                    _lower_const(self.b_minf - (self.row_error("B") + w * self.row_error("D"))),
+                    False)
+        return curves
+
+    @property
     def kinds(self) -> Tuple[str, ...]:
         return tuple(k for d in self.directions for k in _ROW_KINDS[d])
+
+    @classmethod
+    def leaves(cls, pair, grid: Grid, methods=("grouped",)) -> Tuple["GroupedBuckets", ...]:
+        """Groups labelled by the nearest grid point, for the directions in ``methods``
+        ("grouped": both; "grouped-ab" / "grouped-ba": one)."""
+        directions = grouped_directions(methods)
+        if not directions:
+            return ()
+        cuts = cls.leaf_grid_points(grid)
+        return (cls.from_masses(grid, *pair.bucket_masses_with_error(cuts),
+                                infinities=pair.infinity_masses(), directions=directions),)
 
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:
@@ -367,8 +476,8 @@ class GroupedBuckets:
         t = grid.losses
         a = a.copy()
         b = b.copy()
-        a_pinf, b_minf = infinities
-        a[-1] = max(a[-1] - a_pinf, 0.0)
+        a_inf, b_minf = infinities
+        a[-1] = max(a[-1] - a_inf, 0.0)
         b[0] = max(b[0] - b_minf, 0.0)
         et = np.exp(t)
         C, D = b * et, a / et
@@ -392,17 +501,17 @@ class GroupedBuckets:
         rows = np.vstack([full[k] for k in kinds])
         error = np.array([full_err[k] for k in kinds]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
         keep_a, keep_b = "ab" in directions, "ba" in directions
-        return GroupedBuckets(grid, rows, error, 1, float(a_pinf) if keep_a else 0.0,
+        return GroupedBuckets(grid, rows, error, 1, float(a_inf) if keep_a else 0.0,
                               float(b_minf) if keep_b else 0.0, tuple(directions))
 
     def _with(self, grid, rows, error, compositions=None, infinities=None) -> "GroupedBuckets":
-        a_pinf, b_minf = infinities if infinities is not None else (self.a_pinf, self.b_minf)
+        a_inf, b_minf = infinities if infinities is not None else (self.a_inf, self.b_minf)
         return GroupedBuckets(grid, rows, error, self.compositions if compositions is None
-                              else compositions, a_pinf, b_minf, self.directions)
+                              else compositions, a_inf, b_minf, self.directions)
 
     def _product_infinities(self, other: "GroupedBuckets"):
         """Events with a +inf (-inf) component: A-mass a1 + a2 - a1 a2 (B likewise)."""
-        return (self.a_pinf + other.a_pinf - self.a_pinf * other.a_pinf,
+        return (self.a_inf + other.a_inf - self.a_inf * other.a_inf,
                 self.b_minf + other.b_minf - self.b_minf * other.b_minf)
 
     def row(self, kind: str) -> Optional[np.ndarray]:
@@ -434,17 +543,27 @@ class GroupedBuckets:
         return self._with(grid, z, err, self.compositions + other.compositions,
                           self._product_infinities(other))
 
-    def restricted(self, grid: Grid, centre: float = 0.0) -> "GroupedBuckets":
+    def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "GroupedBuckets":
         """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
-        label (weighted by the first mass row) sits at loss ``centre``; groups outside
-        the grid's labels are dropped.  Re-labelling by s multiplies C by f^s and D by
-        f^-s (their error bounds too): B_g = C_g f^-label is unchanged."""
+        label (weighted by the first mass row) sits at the mean loss of the first
+        direction (``mean_loss``: under A, under B; None keeps the labels); groups
+        outside the grid's labels are dropped.  Re-labelling by s multiplies C by f^s
+        and D by f^-s (their error bounds too): B_g = C_g f^-label is unchanged."""
+        if grid.log_factor != self.grid.log_factor:
+            raise ValueError(f"restricted needs a grid of the same factor, got {grid!r}")
         d = self.grid.log_factor
-        weights = self.rows[0]
-        labels = self.grid.indices.astype(float)
-        mass = weights.sum()
-        mean = _dot(weights, labels) / mass if mass > 0 else 0.0
-        s = int(round(centre / d - mean))
+        s = 0
+        if mean_loss is not None:
+            centre = mean_loss[0 if self.directions[0] == "ab" else 1]
+            weights = self.rows[0]
+            labels = self.grid.indices.astype(float)
+            mass = weights.sum()
+            mean = _dot(weights, labels) / mass if mass > 0 else 0.0
+            s = int(round(centre / d - mean))
+            if not abs(s * d) <= _MAX_RELABEL:
+                # f^s would leave floating-point range: keeping the labels is valid too
+                # (groups outside the window are dropped, which only lowers the bound)
+                s = 0
         start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
             + self.grid.number_of_buckets                 # old position of the first new label
         lo, hi = max(start, 0), min(start + grid.size, self.grid.size)
@@ -473,13 +592,27 @@ class GroupedBuckets:
         return self._with(self.grid.squared(), rows, err)
 
 
+#: largest |loss| a re-labelling may move groups by (f^s stays a finite double)
+_MAX_RELABEL = 700.0
+
 #: rows kept per direction of the grouped lower bound
 _ROW_KINDS = {"ab": ("A", "C"), "ba": ("B", "D")}
 
 
+def grouped_directions(methods) -> Tuple[str, ...]:
+    """Directions of the grouped lower bound that ``methods`` asks for."""
+    if "grouped" in methods or ("grouped-ab" in methods and "grouped-ba" in methods):
+        return ("ab", "ba")
+    if "grouped-ab" in methods:
+        return ("ab",)
+    if "grouped-ba" in methods:
+        return ("ba",)
+    return ()
+
+
 # --------------------------------------------------------------------------- paper
 @dataclass(frozen=True, eq=False)
-class PaperBuckets:
+class PaperBuckets(BucketRepresentation):
     """One direction of the paper's buckets: rows B(i), virtual and real EC, u_T.
 
     Rows are A = B_T(i), V = (B_T(i)/f^i + l~(i)) f^i and R = (B_T(i)/f^i + l(i)) f^i
@@ -490,15 +623,55 @@ class PaperBuckets:
     B-mass <= 1, which only lowers the lower bound.
     """
 
+    method: ClassVar[str] = "paper"
+    variants: ClassVar[Tuple[str, ...]] = ("paper",)
+    forms_exponentials: ClassVar[bool] = True
+    batchable: ClassVar[bool] = False       # operands are ``tamed`` before convolving
+
     grid: Grid
     rows: np.ndarray          # (3, 2n+1): A, V, R
-    a_inf: float
+    a_inf: float              # the infinity bucket (A-mass of loss > t_n, incl. +inf)
     u: int
     error: np.ndarray         # (3,) l1 error bounds of (A, a_inf), V, R
     compositions: int = 1
+    direction: str = "ab"     # the neighbouring direction: pair (A||B) or mirrored (B||A)
+
+    @property
+    def infinity_bucket(self) -> Tuple[float, float]:
+        """(a_inf, 0.0): one direction per object; the mirrored object holds the other."""
+        return self.a_inf, 0.0
+
+    def row_errors(self) -> Dict[str, float]:
+        """Row errors; the A error also covers ``a_inf``."""
+        return {k: float(e) for k, e in zip("AVR", self.error)}
+
+    def upper_curves(self) -> Dict[str, PaperUpper]:
+        """Definition 9 (u_T misplacement, real EC terms)."""
+        A, _, R = self.rows
+        const = _upper_const(self.a_inf + self.error[0] + self.error[2])
+        return {self.direction: PaperUpper(self.grid, A, R, const, self.u)}
+
+    def lower_curves(self) -> Dict[str, ThresholdSum]:
+        """Theorem 2 with the virtual EC terms."""
+        t = self.grid.losses
+        pA, pV, _ = self.rows
+        with np.errstate(invalid="ignore", divide="ignore"):
+            th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
+        return {self.direction: ThresholdSum.build(
+            th, pA, pV, t, _lower_const(-(self.error[0] + self.error[1])), False)}
+
+    @classmethod
+    def leaves(cls, pair, grid: Grid, methods=("paper",)) -> Tuple["PaperBuckets", ...]:
+        """Both directions: the pair (A||B) and its mirror (B||A)."""
+        if "paper" not in methods:
+            return ()
+        t = grid.losses
+        return (cls.from_masses(grid, *pair.bucket_masses_with_error(t)),
+                cls.from_masses(grid, *pair.mirrored().bucket_masses_with_error(t),
+                                direction="ba"))
 
     @staticmethod
-    def from_masses(grid: Grid, a, b, ea, eb) -> "PaperBuckets":
+    def from_masses(grid: Grid, a, b, ea, eb, direction: str = "ab") -> "PaperBuckets":
         t = grid.losses
         A = a[:-1].copy()
         et = np.exp(t)
@@ -508,18 +681,14 @@ class PaperBuckets:
         rows = np.vstack([A, V, R])
         ev = float((eb[:-1] * et).sum())
         error = np.array([float(ea.sum()), ev, ev]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
-        return PaperBuckets(grid, rows, float(a[-1]), 1, error)
-
-    def compose(self, other: "PaperBuckets") -> "PaperBuckets":
-        """T1 x T2 on this grid with the corner rules of Definitions 4 and 7."""
-        return self.compose_full(other).restricted(self.grid.number_of_buckets)
+        return PaperBuckets(grid, rows, float(a[-1]), 1, error, 1, direction)
 
     def padded(self, n: int) -> "PaperBuckets":
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
         return PaperBuckets(self.grid.with_buckets(n), np.pad(self.rows, ((0, 0), (k, k))),
-                            self.a_inf, self.u, self.error, self.compositions)
+                            self.a_inf, self.u, self.error, self.compositions, self.direction)
 
     def tamed(self) -> "PaperBuckets":
         """Keep the EC rows inside floating-point range.
@@ -536,31 +705,36 @@ class PaperBuckets:
             self.grid.losses, 600.0))), A])
         rows[1] = np.where(V > 1e100, np.exp(np.minimum(self.grid.losses, 600.0)), rows[1])
         err = np.array([self.error[0], self.error[1], self.error[0]])
-        return PaperBuckets(self.grid, rows, self.a_inf, self.u, err, self.compositions)
+        return PaperBuckets(self.grid, rows, self.a_inf, self.u, err, self.compositions,
+                            self.direction)
 
     def compose_full(self, other: "PaperBuckets", tolerance: float = 0.0) -> "PaperBuckets":
-        if not other.grid.compatible(self.grid):
-            raise ValueError("compose needs buckets on grids of the same factor and size")
+        """T1 x T2 with all indices kept; both operands are ``tamed`` first."""
+        if not other.grid.compatible(self.grid) or other.direction != self.direction:
+            raise ValueError("compose needs buckets of one direction on grids of the same "
+                             "factor and size")
+        x, y = self.tamed(), other.tamed()
+        z, fft_err = convolve_rows(x.rows, None if y is x else y.rows, tolerance)
+        return x.from_product(y, z, fft_err)
+
+    def from_product(self, other: "PaperBuckets", z, fft_err) -> "PaperBuckets":
+        """The full product given the convolved rows (of ``tamed`` operands)."""
         n = self.grid.number_of_buckets
-        self, other = self.tamed(), other.tamed()
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
-                                   tolerance)
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
         my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
         err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((3, 1)))
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return PaperBuckets(grid, z, a_inf, self.u + other.u, err,
-                            self.compositions + other.compositions)
+                            self.compositions + other.compositions, self.direction)
 
-    def restricted(self, n: int, centre: int = 0) -> "PaperBuckets":
-        """Corner rules of Definitions 4 and 7: above the window to infinity, below it
-        into the bottom bucket (whose real EC term is 0)."""
-        m = self.grid.number_of_buckets
-        if n >= m:
+    def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "PaperBuckets":
+        """Corner rules of Definitions 4 and 7 on ``grid`` (a ``Grid.window``): above
+        it to infinity, below it into the bottom bucket (whose real EC term is 0)."""
+        if grid == self.grid:
             return self
-        lo, hi, centre = _window(self.grid, n, centre)
-        grid = self.grid.with_buckets(n, centre)
+        m, n = self.grid.number_of_buckets, grid.number_of_buckets
+        lo, hi = _window(self.grid, grid)
         rows = self.rows[:, lo: hi + 1].copy()
         top = float(self.rows[0, hi + 1:].sum())
         bottom = self.rows[0, : lo + 1].sum()
@@ -568,7 +742,8 @@ class PaperBuckets:
         rows[1, 0] = math.exp(grid.losses[0])  # certified bound on the virtual term (class doc)
         rows[2, 0] = bottom                    # l(bottom) = 0
         err = self.error + 4.0 * max(m - n, 1) * _U * np.array([top + bottom, 0.0, bottom])
-        return PaperBuckets(grid, rows, self.a_inf + top, self.u, err, self.compositions)
+        return PaperBuckets(grid, rows, self.a_inf + top, self.u, err, self.compositions,
+                            self.direction)
 
     def squared(self) -> "PaperBuckets":
         f = self.grid.factor
@@ -581,4 +756,4 @@ class PaperBuckets:
         newR[bottom] = newA[bottom]                  # l = 0 where the old bottom lands
         err = self.error * np.array([1.0, f, f]) + 4.0 * _U * self.rows.sum(axis=1)
         return PaperBuckets(new, np.vstack([newA, newV, newR]), self.a_inf,
-                            -(-self.u // 2) + 1, err, self.compositions)
+                            -(-self.u // 2) + 1, err, self.compositions, self.direction)

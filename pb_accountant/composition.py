@@ -11,19 +11,20 @@ operands are squared and the composition is redone on the coarser grid.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import FrozenSet, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterator, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
 from ._validation import check_count, check_real
-from .buckets import MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets
+from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
+                      grouped_directions)  # noqa: F401  (grouped_directions re-exported)
 from .convolution import convolve_rows
 from .mechanisms import MechanismPair
+from .representation import BucketRepresentation
 
 #: the per-step infinity budget is sized for the history's length rounded up to a
 #: power of two, and for at least this many steps (fewer grid changes during training)
@@ -152,12 +153,36 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
 
 @dataclass(frozen=True, eq=False)
 class BucketSet:
-    """The representations of one composition, all on the same grid."""
+    """The representations of one composition, all on the same grid.
+
+    ``members`` holds, per registered method (``REPRESENTATIONS`` order, split first),
+    the objects that method stores (one, or one per direction); every operation goes
+    through the interface of pb_accountant/representation.py.
+    """
 
     grid: Grid
-    split: SplitBuckets
-    grouped: Optional[GroupedBuckets]
-    paper: Optional[Tuple[PaperBuckets, PaperBuckets]]   # (A||B, B||A)
+    members: Tuple[Tuple[str, Tuple[BucketRepresentation, ...]], ...]
+
+    def _get(self, method: str) -> Tuple[BucketRepresentation, ...]:
+        for name, reps in self.members:
+            if name == method:
+                return reps
+        return ()
+
+    @property
+    def split(self) -> SplitBuckets:
+        """The split pair: always composed (it sizes the grid and the infinity mass)."""
+        return self._get("split")[0]
+
+    @property
+    def grouped(self) -> Optional[GroupedBuckets]:
+        reps = self._get("grouped")
+        return reps[0] if reps else None
+
+    @property
+    def paper(self) -> Optional[Tuple[PaperBuckets, ...]]:
+        """(A||B, B||A), or None."""
+        return self._get("paper") or None
 
     @property
     def compositions(self) -> int:
@@ -165,50 +190,42 @@ class BucketSet:
 
     @staticmethod
     def leaf(pair: MechanismPair, grid: Grid, methods: FrozenSet[str]) -> "BucketSet":
-        t = grid.losses
-        masses = pair.bucket_masses_with_error(t)
-        split = SplitBuckets.from_masses(grid, *masses)
-        grouped = None
-        directions = grouped_directions(methods)
-        if directions:
-            cuts = GroupedBuckets.leaf_grid_points(grid)
-            grouped = GroupedBuckets.from_masses(grid, *pair.bucket_masses_with_error(cuts),
-                                                 infinities=pair.infinity_masses(),
-                                                 directions=directions)
-        paper = None
-        if "paper" in methods:
-            mirrored = pair.mirrored().bucket_masses_with_error(t)
-            paper = (PaperBuckets.from_masses(grid, *masses),
-                     PaperBuckets.from_masses(grid, *mirrored))
-        return BucketSet(grid, split, grouped, paper)
+        """Every representation ``methods`` asks for, built by its own ``leaves``."""
+        members = tuple((name, reps) for name, reps in
+                        ((name, tuple(cls.leaves(pair, grid, methods)))
+                         for name, cls in REPRESENTATIONS.items()) if reps)
+        return BucketSet(grid, members)
 
-    def _map(self, grid, f_split, f_grouped, f_paper) -> "BucketSet":
-        return BucketSet(grid, f_split(self.split),
-                         f_grouped(self.grouped) if self.grouped is not None else None,
-                         tuple(f_paper(p) for p in self.paper) if self.paper else None)
+    def representations(self) -> Iterator[Tuple[str, BucketRepresentation]]:
+        """(method name, representation) for every representation held, in a fixed
+        order (split, grouped, paper A||B, paper B||A): the engine's curve order."""
+        for name, reps in self.members:
+            for rep in reps:
+                yield name, rep
+
+    def _map(self, grid, f) -> "BucketSet":
+        """Apply one interface operation ``f`` to every representation."""
+        return BucketSet(grid, tuple((name, tuple(f(r) for r in reps))
+                                     for name, reps in self.members))
 
     def squared(self) -> "BucketSet":
-        return self._map(self.grid.squared(), lambda s: s.squared(), lambda g: g.squared(),
-                         lambda p: p.squared())
+        return self._map(self.grid.squared(), lambda r: r.squared())
 
     def padded(self, n: int) -> "BucketSet":
         if n == self.grid.number_of_buckets:
             return self
-        return self._map(self.grid.with_buckets(n), lambda s: s.padded(n),
-                         lambda g: g.padded(n), lambda p: p.padded(n))
+        return self._map(self.grid.with_buckets(n), lambda r: r.padded(n))
 
     def restricted(self, n: int, centre: int = 0) -> "BucketSet":
         """Keep 2n+1 buckets around local index ``centre`` (corners as each
-        representation's rules say)."""
+        representation's rules say; relabelled groups centre on the split pair's
+        mean loss)."""
         if n >= self.grid.number_of_buckets:
             return self
-        split = self.split.restricted(n, centre)
-        grouped = None
-        if self.grouped is not None:
-            mean = self.split.mean_loss(0 if self.grouped.directions[0] == "ab" else 1)
-            grouped = self.grouped.restricted(split.grid, mean)
-        paper = tuple(p.restricted(n, centre) for p in self.paper) if self.paper else None
-        return BucketSet(split.grid, split, grouped, paper)
+        grid = self.grid.window(n, centre)
+        relabels = any(r.relabels for _, r in self.representations())
+        mean = (self.split.mean_loss(0), self.split.mean_loss(1)) if relabels else None
+        return self._map(grid, lambda r: r.restricted(grid, mean))
 
     def window(self, tail: float, cap: int, span=None) -> Tuple[int, int]:
         """(n, centre): the buckets the loss range needs at tail mass ``tail``
@@ -251,12 +268,8 @@ class BucketSet:
         return out
 
     def _rows(self):
-        yield self.split.rows
-        if self.grouped is not None:
-            yield self.grouped.rows
-        if self.paper is not None:
-            for p in self.paper:
-                yield p.rows
+        for _, rep in self.representations():
+            yield rep.rows
 
     def cropped(self) -> "BucketSet":
         """The same buckets on the smallest grid of the usual shape (n = 2^k - 2) that
@@ -281,19 +294,18 @@ class BucketSet:
         if lo < 0 or hi > 2 * n:
             return self
         grid = self.grid.with_buckets(m, centre - n)
-        split = dataclasses.replace(self.split, grid=grid, rows=self.split.rows[:, lo:hi + 1])
-        grouped = (None if self.grouped is None else
-                   dataclasses.replace(self.grouped, grid=grid,
-                                       rows=self.grouped.rows[:, lo:hi + 1]))
-        paper = (None if self.paper is None else
-                 tuple(dataclasses.replace(p, grid=grid, rows=p.rows[:, lo:hi + 1])
-                       for p in self.paper))
-        return BucketSet(grid, split, grouped, paper)
+        return self._map(grid, lambda r: r.columns(grid, lo, hi))
+
+    @property
+    def forms_exponentials(self) -> bool:
+        """Some representation forms e^{t} directly (the paper's buckets): the grid
+        must then stay inside MAX_LOSS_RANGE."""
+        return any(r.forms_exponentials for _, r in self.representations())
 
     def can_square(self) -> bool:
-        """The paper's buckets form e^{t} directly, so they stay inside MAX_LOSS_RANGE;
-        the split and grouped buckets may square without limit."""
-        if self.paper is None:
+        """Representations that form e^{t} directly stay inside MAX_LOSS_RANGE; the
+        others (split, grouped) may square without limit."""
+        if not self.forms_exponentials:
             return True
         g = self.grid
         return (g.number_of_buckets + abs(g.offset)) * g.log_factor * 4.0 <= MAX_LOSS_RANGE
@@ -302,22 +314,27 @@ class BucketSet:
         """Product with all indices kept; ``tolerance``: round-off worth a finer split."""
         o = self if same else other
         t = tolerance
-        if self.grouped is not None and self.grid.number_of_buckets <= 4094:
+        if ([(name, len(reps)) for name, reps in self.members]
+                != [(name, len(reps)) for name, reps in o.members]):
+            raise ValueError("compose needs BucketSets of the same representations")
+        pairs = [(x, y) for (_, x), (_, y) in zip(self.representations(), o.representations())]
+        batched = [(x, y) for x, y in pairs if x.batchable]
+        out = {}
+        if len(batched) > 1 and self.grid.number_of_buckets <= 4094:
             # small grids: one batched transform for the split and the grouped rows
             # (large ones decide the finer split per representation instead)
-            rows = np.vstack([self.split.rows, self.grouped.rows])
+            rows = np.vstack([x.rows for x, _ in batched])
             z, err = convolve_rows(rows, None if same else
-                                   np.vstack([o.split.rows, o.grouped.rows]), t)
-            split = self.split.from_product(o.split, z[:2], err[:2])
-            grouped = self.grouped.from_product(o.grouped, z[2:], err[2:])
-        else:
-            split = self.split.compose_full(o.split, t)
-            grouped = (self.grouped.compose_full(o.grouped, t)
-                       if self.grouped is not None else None)
-        return BucketSet(
-            split.grid, split, grouped,
-            tuple(p.compose_full(q, t) for p, q in zip(self.paper, o.paper))
-            if self.paper else None)
+                                   np.vstack([y.rows for _, y in batched]), t)
+            start = 0
+            for x, y in batched:
+                k = len(x.rows)
+                out[id(x)] = x.from_product(y, z[start:start + k], err[start:start + k])
+                start += k
+        members = tuple((name, tuple(out[id(x)] if id(x) in out else x.compose_full(y, t)
+                                     for x, y in zip(reps, o._get(name))))
+                        for name, reps in self.members)
+        return BucketSet(members[0][1][0].grid, members)
 
 
 def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
@@ -334,7 +351,7 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
         x = x.trimmed(budget_per_step, options.max_buckets)
         y = x if same else y.trimmed(budget_per_step, options.max_buckets)
     n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
-    if x.paper is not None:
+    if x.forms_exponentials:
         offsets = abs(x.grid.offset + y.grid.offset)
         limit = int((MAX_LOSS_RANGE / x.grid.log_factor - offsets) / 2.0) // 2 * 2
         if n > limit:                  # the paper's buckets form e^t: keep it in range
@@ -349,8 +366,8 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
         # the paper's rule on a fixed number of buckets
         while True:
             z = x.compose_full(y, same, tol).restricted(n)
-            inf_before = (max(x.split.a_inf, x.split.b_minf) + max(y.split.a_inf, y.split.b_minf))
-            inf_after = max(z.split.a_inf, z.split.b_minf)
+            inf_before = max(x.split.infinity_bucket) + max(y.split.infinity_bucket)
+            inf_after = max(z.split.infinity_bucket)
             if (z.split.overflow > budget_per_step * z.compositions
                     and inf_after > 0.5 * options.growth_factor * inf_before and x.can_square()):
                 x = x.squared()
@@ -372,20 +389,20 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
     return z.restricted(min(n_out, z.grid.number_of_buckets), centre)
 
 
-#: representations: split pair (upper), grouped buckets for both or one direction
-#: (lower), the paper's buckets (Definition 9 upper, Theorem 2 lower)
-METHODS = ("split", "grouped", "grouped-ab", "grouped-ba", "paper")
+#: the registry: method name -> representation class (pb_accountant/representation.py):
+#: split pair (upper), grouped buckets for both or one direction (lower), the paper's
+#: buckets (Definition 9 upper, Theorem 2 lower)
+REPRESENTATIONS: Dict[str, Type[BucketRepresentation]] = {
+    cls.method: cls for cls in (SplitBuckets, GroupedBuckets, PaperBuckets)}
 
 
-def grouped_directions(methods) -> Tuple[str, ...]:
-    """Directions of the grouped lower bound that ``methods`` asks for."""
-    if "grouped" in methods or ("grouped-ab" in methods and "grouped-ba" in methods):
-        return ("ab", "ba")
-    if "grouped-ab" in methods:
-        return ("ab",)
-    if "grouped-ba" in methods:
-        return ("ba",)
-    return ()
+def known_methods() -> Tuple[str, ...]:
+    """Every name ``methods`` may hold: the variants of the registered representations."""
+    return tuple(v for cls in REPRESENTATIONS.values() for v in cls.variants)
+
+
+#: the method names of the built-in representations
+METHODS = known_methods()
 
 
 def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:
@@ -477,7 +494,9 @@ class Composer:
         key = (pair, cfg)
         chain = self._powers.get(key)
         if chain is None:
-            cap = MAX_LOSS_RANGE / 8.0 if "paper" in methods else LEAF_LOSS_RANGE
+            exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
+                       if methods & set(cls.variants))
+            cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
             chain = (BucketSet.leaf(pair, leaf_grid(pair, budget, self.options, cap), methods),)
         while len(chain) <= k:
             last = chain[-1]
@@ -547,9 +566,10 @@ class Composer:
                 methods: Sequence[str] = ("split", "grouped")) -> Optional[BucketSet]:
         """The BucketSet of a canonical history (None for an empty one)."""
         methods = frozenset(methods) | {"split"}
-        unknown = methods - set(METHODS)
+        known = known_methods()
+        unknown = methods - set(known)
         if unknown:
-            raise ValueError(f"methods must be among {', '.join(METHODS)}, got {sorted(unknown)!r}")
+            raise ValueError(f"methods must be among {', '.join(known)}, got {sorted(unknown)!r}")
         history = canonical_history(history)
         if not history:
             return None

@@ -27,10 +27,11 @@ import os
 import numpy as np
 from scipy import fft as _fft
 
+from ._fp import UNIT_ROUNDOFF  # also re-exported here for older imports
+
 #: threads for the batched transforms (pocketfft, the same algorithm numpy uses)
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
 
-UNIT_ROUNDOFF = np.finfo(float).eps / 2.0
 _SAFETY = 4.0
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280

@@ -11,84 +11,18 @@ neighbouring directions are always included.
 """
 from __future__ import annotations
 
+import copy
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ._validation import check_delta, check_epsilons
-from .buckets import LABEL_SLACK
 from .composition import BucketOptions, BucketSet, Composer, canonical_history
-from .convolution import UNIT_ROUNDOFF
-from .queries import ThresholdSum, certified_lower_epsilon, certified_upper_epsilon
+from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
-_U = UNIT_ROUNDOFF
 DEFAULT_METHODS = ("split", "grouped")
-
-
-def _log(x):
-    with np.errstate(divide="ignore"):
-        return np.log(x)
-
-
-class _PaperUpper:
-    """Definition 9 for one direction, vectorised over eps with cumulative sums."""
-
-    def __init__(self, pb):
-        self.pb = pb
-        n = pb.grid.number_of_buckets
-        t = pb.grid.losses
-        A, V, R = pb.rows
-        e = np.exp(-np.maximum(t, 0.0))
-        self.n = n
-        self.tail_A = np.concatenate((np.cumsum(A[::-1])[::-1], [0.0]))
-        self.tail_Ae = np.concatenate((np.cumsum((A * e)[::-1])[::-1], [0.0]))
-        self.tail_Re = np.concatenate((np.cumsum((R * e)[::-1])[::-1], [0.0]))
-        self.const = pb.a_inf + pb.error[0] + pb.error[2]
-        self.slack = 8.0 * (2 * n + 3) * _U
-
-    def __call__(self, eps):
-        eps = np.atleast_1d(np.asarray(eps, dtype=float))
-        pb, n = self.pb, self.n
-        d = pb.grid.log_factor
-        j = np.ceil(eps / d * (1.0 - 1e-15)).astype(np.int64)
-        j = np.where(j * d < eps, j + 1, j)          # f^j >= e^eps exactly
-        o = pb.grid.offset
-        pos = np.clip(j - o + n, 0, 2 * n + 1)
-        pos_u = np.clip(j - o + n + pb.u, 0, 2 * n + 1)
-        with np.errstate(over="ignore", invalid="ignore"):
-            inner = (self.tail_Ae[pos] - self.tail_Ae[pos_u]) + self.tail_Re[pos_u]
-            body = self.tail_A[pos] - np.exp(eps) * inner
-        body = np.where(inner > 0, body, self.tail_A[pos])
-        val = self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos]
-        return np.minimum(val, 1.0)
-
-    def epsilon(self, delta: float) -> float:
-        d = self.pb.grid.log_factor
-        n = self.n
-        if self(0.0)[0] <= delta:
-            return 0.0
-        top = n + self.pb.grid.offset
-        if top < 1:
-            return math.inf
-        ends = np.arange(1, top + 1) * d
-        vals = self(ends)
-        ok = np.nonzero(vals <= delta)[0]
-        if len(ok) == 0:
-            return math.inf
-        j = int(ok[0]) + 1
-        lo, hi = (j - 1) * d, j * d
-        # inside (t_{j-1}, t_j] the bound is K - e^eps Q; bisect for the crossing
-        for _ in range(80):
-            mid = 0.5 * (lo + hi)
-            if mid <= lo or mid >= hi:
-                break
-            if self(mid)[0] <= delta:
-                hi = mid
-            else:
-                lo = mid
-        return float(hi) if self(hi)[0] <= delta else float(j * d)
 
 
 class PrivacyBuckets:
@@ -104,44 +38,42 @@ class PrivacyBuckets:
 
     # -- the curves of each method -----------------------------------------------------
     def _build(self):
-        bs = self.buckets
-        t = bs.grid.losses
-        s = bs.split
-        A, B = s.rows
-        # every B-mass weight is passed factored (r, u: q = r e^{-u}): queries shift
-        # the exponent, so grids may reach any loss (docs/floating-point.md)
-        self._upper["split"] = [
-            ThresholdSum.build(t, A, A, t, s.a_inf + s.error[0], True),
-            ThresholdSum.build(-t, B, B, -t, s.b_minf + s.error[1], True)]
-        if bs.grouped is not None:
-            g = bs.grouped
-            k = LABEL_SLACK
-            w = math.exp(k)
-            curves = []
-            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-                if "ab" in g.directions:
-                    gA, gC = g.row("A"), g.row("C")
-                    th = np.minimum(t + k, t + _log(gA) - _log(gC))
-                    curves.append(ThresholdSum.build(
-                        np.nan_to_num(th, nan=-np.inf), gA, gC, t,
-                        g.a_pinf - (g.row_error("A") + w * g.row_error("C")), False))
-                if "ba" in g.directions:
-                    gB, gD = g.row("B"), g.row("D")
-                    th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
-                    curves.append(ThresholdSum.build(
-                        np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
-                        g.b_minf - (g.row_error("B") + w * g.row_error("D")), False))
-            self._lower["grouped"] = curves
-        if bs.paper is not None:
-            self._upper["paper"] = [_PaperUpper(p) for p in bs.paper]
-            lows = []
-            for p in bs.paper:
-                pA, pV, _ = p.rows
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
-                lows.append(ThresholdSum.build(th, pA, pV, t,
-                                               -(p.error[0] + p.error[1]), False))
-            self._lower["paper"] = lows
+        """Collect every representation's curves by method name, in the BucketSet's
+        order (each curve is tagged with its neighbouring direction)."""
+        for name, rep in self.buckets.representations():
+            for direction, curve in rep.upper_curves().items():
+                self._upper.setdefault(name, []).append((direction, curve))
+            for direction, curve in rep.lower_curves().items():
+                self._lower.setdefault(name, []).append((direction, curve))
+
+    def upper_curves(self, method: str, direction: Optional[str] = None) -> Tuple:
+        """The certified delta_up curves of ``method`` (one direction, or all)."""
+        return tuple(c for d, c in self._upper.get(method, ())
+                     if direction is None or d == direction)
+
+    def lower_curves(self, method: str, direction: Optional[str] = None) -> Tuple:
+        """The certified delta_low curves of ``method`` (one direction, or all)."""
+        return tuple(c for d, c in self._lower.get(method, ())
+                     if direction is None or d == direction)
+
+    def with_lower_curves_of(self, other: "PrivacyBuckets") -> "PrivacyBuckets":
+        """These bounds with ``other``'s lower curves joined in (a composition of the
+        same history for other directions: every such curve is a valid lower bound)."""
+        joined = copy.copy(self)
+        joined._upper = dict(self._upper)
+        joined._lower = {name: list(curves) for name, curves in self._lower.items()}
+        for name, curves in other._lower.items():
+            joined._lower[name] = joined._lower.get(name, []) + list(curves)
+        return joined
+
+    @staticmethod
+    def _method_names(table, method, side) -> List[str]:
+        if not method:
+            return list(table)
+        if method not in table:
+            raise ValueError(f"method must be one of the composed {side}-bound methods "
+                             f"{sorted(table)}, got {method!r}")
+        return [method]
 
     @property
     def grid_info(self) -> Optional[GridInfo]:
@@ -158,8 +90,7 @@ class PrivacyBuckets:
     def infinity_mass(self) -> float:
         if self.buckets is None:
             return 0.0
-        s = self.buckets.split
-        return max(s.a_inf + s.error[0], s.b_minf + s.error[1])
+        return self.buckets.split.infinity_mass()
 
     def _notes(self, delta: Optional[float] = None):
         notes = []
@@ -168,6 +99,10 @@ class PrivacyBuckets:
                 f"the infinity atoms (distinguishing events, mass beyond the grid) plus "
                 f"certified round-off carry {self.infinity_mass:.3g}, over 1% of "
                 f"delta={delta:.3g}; the upper bound counts them in full")
+        if self.buckets is not None and self.infinity_mass >= 1.0:
+            notes.append("bounds cannot be certified below the trivial ones (delta 1, epsilon "
+                         "inf): the infinity mass plus certified round-off is 1, the losses "
+                         "are beyond the grid's range")
         return tuple(notes)
 
     # -- delta ------------------------------------------------------------------------
@@ -175,10 +110,10 @@ class PrivacyBuckets:
         eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
         if self.buckets is None:
             return np.zeros_like(eps)
-        names = [method] if method else list(self._upper)
+        names = self._method_names(self._upper, method, "upper")
         best = np.ones_like(eps)
         for name in names:
-            curves = self._upper[name]
+            curves = self.upper_curves(name)
             best = np.minimum(best, np.maximum.reduce([np.asarray(c(eps)) for c in curves]))
         return best
 
@@ -186,10 +121,10 @@ class PrivacyBuckets:
         eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
         if self.buckets is None:
             return np.zeros_like(eps)
-        names = [method] if method else list(self._lower)
+        names = self._method_names(self._lower, method, "lower")
         best = np.zeros_like(eps)
         for name in names:
-            for c in self._lower[name]:
+            for c in self.lower_curves(name):
                 best = np.maximum(best, c(eps))
         return best
 
@@ -210,24 +145,20 @@ class PrivacyBuckets:
         delta = check_delta(delta)
         if self.buckets is None:
             return 0.0
-        names = [method] if method else list(self._upper)
+        names = self._method_names(self._upper, method, "upper")
         best = math.inf
         for name in names:
-            if name == "paper":
-                eps = max(c.epsilon(delta) for c in self._upper[name])
-            else:
-                eps = certified_upper_epsilon(self._upper[name], delta)
-            best = min(best, eps)
+            best = min(best, upper_epsilon(self.upper_curves(name), delta))
         return best
 
     def epsilon_lower(self, delta: float, method: Optional[str] = None) -> float:
         delta = check_delta(delta)
         if self.buckets is None:
             return 0.0
-        names = [method] if method else list(self._lower)
+        names = self._method_names(self._lower, method, "lower")
         best = 0.0
         for name in names:
-            best = max(best, certified_lower_epsilon(self._lower[name], delta))
+            best = max(best, certified_lower_epsilon(self.lower_curves(name), delta))
         return best
 
     def epsilon_bounds(self, delta: float, method: Optional[str] = None) -> EpsilonBounds:
@@ -291,12 +222,11 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float) -> Epsilo
     bounds = first.epsilon_bounds(delta)
     if first.buckets is None or math.isinf(bounds.lower):
         return bounds
-    split_ba = first._upper["split"][1]
-    if float(split_ba(bounds.lower)) <= delta:
+    split_ba = first.upper_curves("split", "ba")
+    if max(float(c(bounds.lower)) for c in split_ba) <= delta:
         return bounds
     second = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ba")), delta)
-    first._lower["grouped"] = first._lower["grouped"] + second._lower["grouped"]
-    return first.epsilon_bounds(delta)
+    return first.with_lower_curves_of(second).epsilon_bounds(delta)
 
 
 def epsilon_bounds(sequence, delta: float, **options) -> EpsilonBounds:

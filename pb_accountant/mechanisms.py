@@ -20,10 +20,10 @@ from typing import Tuple
 import numpy as np
 from scipy import special
 
+from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa: F401
                           check_real, check_sample_rate)
 
-_U = np.finfo(float).eps / 2.0
 # MIN_NOISE, MAX_NOISE (imported above, re-exported): the noise multipliers the closed
 # forms handle (sigma^2 and 1/sigma^2 stay finite); the noise rule is in _validation.py
 

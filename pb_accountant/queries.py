@@ -8,7 +8,8 @@ with each included term >= 0, so F is non-increasing and, between two consecutiv
 thresholds theta, equal to (K - e^eps Q): a whole array of eps is one pass of
 cumulative sums (with a certified allowance for their round-off), and the crossing
 F(eps) = delta has a closed form.  The returned epsilons are re-checked with the very
-function ``delta_bounds`` reports, at the very point returned.
+function ``delta_bounds`` reports, at the very point returned.  ``PaperUpper`` is the
+paper's Definition 9 bound (docs/method.md §5), searched by bisection instead.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .convolution import UNIT_ROUNDOFF
+from ._fp import UNIT_ROUNDOFF
 
 _U = UNIT_ROUNDOFF
 
@@ -135,6 +136,85 @@ class ThresholdSum:
             x = math.log(K / Qs) + float(self.shift[self.block[k]])
             return float(min(max(x, lo), hi))
         return hi
+
+
+class PaperUpper:
+    """Definition 9 for one direction, vectorised over eps with cumulative sums.
+
+    ``A``, ``R``: the paper's bucket masses and real EC rows (docs/method.md §5) on
+    ``grid``; ``const``: infinity bucket plus certified round-off; ``u``: u_T.  All
+    tables are built in the constructor; the object is never changed afterwards.
+    """
+
+    def __init__(self, grid, A, R, const: float, u: int):
+        n = grid.number_of_buckets
+        t = grid.losses
+        e = np.exp(-np.maximum(t, 0.0))
+        self.grid = grid
+        self.u = u
+        self.n = n
+        self.tail_A = np.concatenate((np.cumsum(A[::-1])[::-1], [0.0]))
+        self.tail_Ae = np.concatenate((np.cumsum((A * e)[::-1])[::-1], [0.0]))
+        self.tail_Re = np.concatenate((np.cumsum((R * e)[::-1])[::-1], [0.0]))
+        self.const = const
+        self.slack = 8.0 * (2 * n + 3) * _U
+
+    def __call__(self, eps):
+        eps = np.atleast_1d(np.asarray(eps, dtype=float))
+        grid, n = self.grid, self.n
+        d = grid.log_factor
+        j = np.ceil(eps / d * (1.0 - 1e-15)).astype(np.int64)
+        j = np.where(j * d < eps, j + 1, j)          # f^j >= e^eps exactly
+        o = grid.offset
+        pos = np.clip(j - o + n, 0, 2 * n + 1)
+        pos_u = np.clip(j - o + n + self.u, 0, 2 * n + 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            inner = (self.tail_Ae[pos] - self.tail_Ae[pos_u]) + self.tail_Re[pos_u]
+            body = self.tail_A[pos] - np.exp(eps) * inner
+        body = np.where(inner > 0, body, self.tail_A[pos])
+        val = self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos]
+        return np.minimum(val, 1.0)
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest eps found with F(eps) <= delta, verified there (inf if none)."""
+        d = self.grid.log_factor
+        n = self.n
+        if self(0.0)[0] <= delta:
+            return 0.0
+        top = n + self.grid.offset
+        if top < 1:
+            return math.inf
+        ends = np.arange(1, top + 1) * d
+        vals = self(ends)
+        ok = np.nonzero(vals <= delta)[0]
+        if len(ok) == 0:
+            return math.inf
+        j = int(ok[0]) + 1
+        lo, hi = (j - 1) * d, j * d
+        # inside (t_{j-1}, t_j] the bound is K - e^eps Q; bisect for the crossing
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            if mid <= lo or mid >= hi:
+                break
+            if self(mid)[0] <= delta:
+                hi = mid
+            else:
+                lo = mid
+        return float(hi) if self(hi)[0] <= delta else float(j * d)
+
+
+def upper_epsilon(curves, delta: float) -> float:
+    """Smallest certified eps with every curve <= delta.  Curves of one kind are
+    searched together; across kinds the largest answer holds for all (each curve is
+    non-increasing in eps)."""
+    best = 0.0
+    paper = [c for c in curves if isinstance(c, PaperUpper)]
+    sums = [c for c in curves if not isinstance(c, PaperUpper)]
+    if paper:
+        best = max(best, max(c.epsilon(delta) for c in paper))
+    if sums:
+        best = max(best, certified_upper_epsilon(sums, delta))
+    return best
 
 
 def _nudge_up(x: float, steps: int) -> float:

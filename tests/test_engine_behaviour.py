@@ -159,3 +159,20 @@ def test_adaptive_lower_bound_adds_the_mirror_direction_when_it_dominates():
     adaptive = epsilon_bounds(seq, 1e-5)
     assert ab_only.lower < both.lower
     assert adaptive.lower == pytest.approx(both.lower, rel=1e-6)   # same groups, own labels
+
+
+def test_a_history_beyond_floating_point_range_gives_trivial_bounds_not_a_crash():
+    """sigma = 0.01, q = 0.5: per-step losses of thousands.  Re-labelling the groups by
+    f^s would underflow (once a ZeroDivisionError) and squared error bounds overflow
+    (once NaN): the answer is the valid trivial one, with the reason."""
+    import warnings
+    seq = [(SubsampledGaussian(0.01, 0.5), 1000)]
+    from pb_accountant import epsilon_bounds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # numpy overflow chatter
+        eb = epsilon_bounds(seq, 1e-5)
+        db = compose(seq, delta=1e-8).delta_bounds([0.0, 1.0, 10.0])
+    assert eb.upper == math.inf and eb.lower >= 0.0 and not math.isnan(eb.lower)
+    assert any("cannot be certified" in n for n in eb.notes)
+    assert np.all(np.isfinite(db.lower)) and np.all(db.lower >= 0.0)
+    assert np.all(db.upper == 1.0) and np.all(db.lower <= db.upper)

@@ -26,7 +26,7 @@ def test_leaf_masses_sum_to_one(pair):
     for p in leaf.paper:
         assert p.rows[0].sum() + p.a_inf == pytest.approx(1.0, abs=1e-12)
     g = leaf.grouped
-    assert g.rows[0].sum() + g.a_pinf == pytest.approx(1.0, abs=1e-12)
+    assert g.rows[0].sum() + g.a_inf == pytest.approx(1.0, abs=1e-12)
     assert g.rows[2].sum() + g.b_minf == pytest.approx(1.0, abs=1e-12)
 
 

@@ -10,8 +10,7 @@ from ..mechanisms import MechanismPair
 from ..results import EpsilonBounds
 from .._validation import _real
 
-_ULP = 2.0 ** -52
-_U = 2.0 ** -53
+from .._fp import ULP as _ULP, UNIT_ROUNDOFF as _U  # noqa: F401  (used by the families)
 _TINY = float(np.nextafter(0.0, 1.0))   # smallest positive double
 
 

@@ -500,8 +500,9 @@ def _grid_values(pair, grid, orders):
     split = BucketSet.leaf(pair, grid, frozenset({"split"})).split
     A, B = split.rows
     t = grid.losses
-    ab = _direction_values(t, A, split.a_inf, float(split.error[0]), orders)
-    ba = _direction_values(-t, B, split.b_minf, float(split.error[1]), orders)
+    errors = split.row_errors()
+    ab = _direction_values(t, A, split.a_inf, errors["A"], orders)
+    ba = _direction_values(-t, B, split.b_minf, errors["B"], orders)
     return ab, ba
 
 
