@@ -403,7 +403,7 @@ def delta(args) -> Data:
         db = pb.delta_bounds(np.asarray(eps, dtype=float))
         lows = np.atleast_1d(db.lower).tolist()
         ups = np.atleast_1d(db.upper).tolist()
-        notes = notes + list(pb._notes(grid_delta)) + list(db.notes)
+        notes = notes + list(pb.notes(grid_delta)) + list(db.notes)
     return {"command": "delta", "schedule": schedule_json(schedule), "steps": _steps(schedule),
             "results": [{"epsilon": e, "delta_lower": lo, "delta_upper": hi}
                         for e, lo, hi in zip(eps, lows, ups)],
@@ -553,7 +553,7 @@ def curve(args) -> Tuple[Data, Any]:
     else:
         c = pb.curve(epsilons)
         lower, upper = np.asarray(c.delta_lower), np.asarray(c.delta_upper)
-        notes = notes + list(pb._notes(grid_delta))
+        notes = notes + list(pb.notes(grid_delta))
     peer_curves: Dict[str, Any] = {}
     peer_status: Dict[str, str] = {}
     deltas: Optional[List[float]] = None

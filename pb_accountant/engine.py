@@ -92,7 +92,8 @@ class PrivacyBuckets:
             return 0.0
         return self.buckets.split.infinity_mass()
 
-    def _notes(self, delta: Optional[float] = None):
+    def notes(self, delta: Optional[float] = None):
+        """What a reader of bounds at ``delta`` should know (e.g. a heavy infinity bucket)."""
         notes = []
         if delta is not None and self.buckets is not None and self.infinity_mass > 0.01 * delta:
             notes.append(
@@ -168,7 +169,7 @@ class PrivacyBuckets:
         lo_method = method if method in (None, "grouped", "paper") else None
         up = self.epsilon_upper(delta, up_method)
         lo = min(self.epsilon_lower(delta, lo_method), up) if self._lower or self.buckets is None else 0.0
-        notes = self._notes(delta)
+        notes = self.notes(delta)
         if math.isinf(up):
             notes += ("no epsilon could be certified for this delta: the infinity mass plus "
                       f"certified round-off ({self.infinity_mass:.3g}) is not below delta",)
