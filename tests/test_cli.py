@@ -36,20 +36,6 @@ def run_json(*argv):
     return json.loads(run(*argv, "--json").stdout)
 
 
-def xfail_while_grouped_restricted_divides_by_zero():
-    """Engine bug outside this layer (buckets.py, GroupedBuckets.restricted: exp(s*d)
-    underflows to 0 and is divided by) for sigma 0.01, q 0.5, 1000 steps.  It used to be
-    hidden as a 'valid looser answer'; internal errors now surface (exit 1), so these
-    tests wait for the engine fix and run normally once it lands."""
-    from pb_accountant import PrivacyBucketsAccountant
-    acc = PrivacyBucketsAccountant()
-    acc.history = [(0.01, 0.5, 1000)]
-    try:
-        acc.get_epsilon_bounds(DELTA)
-    except ZeroDivisionError as exc:
-        pytest.xfail(f"engine bug in buckets.py GroupedBuckets.restricted: {exc!r}")
-
-
 def cli(capsys, *argv):
     """(status, stdout, stderr) of ``main(argv)`` in this process."""
     from pb_accountant.integrations.cli import main
@@ -220,7 +206,6 @@ def test_delta_bounds_table_and_json(capsys):
 
 def test_delta_beyond_the_engine_is_a_valid_looser_answer(capsys):
     """A schedule the grid cannot hold: delta_upper = 1 (trivially valid), said plainly."""
-    xfail_while_grouped_restricted_divides_by_zero()
     status, out, err = cli(capsys, "delta", "--sigma", 0.01, "--sample-rate", 0.5,
                            "--steps", 1000, "--epsilon", 1, "--json")
     assert status == 0 and "Traceback" not in err and "Warning" not in err
@@ -596,7 +581,6 @@ def test_internal_errors_exit_1_in_one_line(monkeypatch, capsys):
 def test_no_python_warnings_or_tracebacks_reach_the_user(capsys):
     """The accountant warns (RuntimeWarning) when it cannot certify: the CLI says it in
     the user's terms, once, with no warning class, source line or traceback."""
-    xfail_while_grouped_restricted_divides_by_zero()
     status, out, err = cli(capsys, "epsilon", "--sigma", 0.01, "--sample-rate", 0.5,
                            "--steps", 1000, "--delta", DELTA)
     assert status == 0
