@@ -1,0 +1,250 @@
+"""``PrivacyBucketsDpAccountant``: certified bounds for dp_accounting ``DpEvent``s.
+
+JAX (jax_privacy), TensorFlow Privacy and Google's pipelines describe training as
+dp_accounting ``DpEvent`` trees and accept any ``dp_accounting.PrivacyAccountant``.  This
+subclass maps each event to the engine's worst-case pairs (docs/method.md §2) and
+answers with the privacy buckets' certified bounds: ``get_epsilon`` is the certified
+upper bound, ``get_epsilon_bounds`` / ``get_delta_bounds`` give both sides, and
+``get_tradeoff_bounds`` the attack-risk bounds of docs/attack-risk.md.
+
+Supported events (anything else: ``supports`` is False, never a wrong number):
+
+* ADD_OR_REMOVE_ONE: ``GaussianDpEvent`` (sensitivity 1), ``LaplaceDpEvent``,
+  ``PoissonSampledDpEvent`` of a Gaussian or Laplace event;
+* REPLACE_ONE: ``GaussianDpEvent`` (the sum moves by 2, as in dp_accounting's PLD),
+  ``RandomizedResponseDpEvent``;
+* both: ``SelfComposedDpEvent``, ``ComposedDpEvent``, ``NoOpDpEvent``,
+  ``NonPrivateDpEvent`` (epsilon inf, delta 1).
+
+Not supported, because no certified pair is implemented: ``ZCDpEvent`` (a zCDP
+statement is not a pair of distributions), ``MixtureOfGaussiansDpEvent``,
+``DiscreteLaplaceDpEvent``, ``TruncatedSubsampledGaussianDpEvent``,
+``SampledWithReplacementDpEvent``, ``SampledWithoutReplacementDpEvent`` (its pair
+comes with pb_accountant.samplers), ``SingleEpochTreeAggregationDpEvent``,
+``RepeatAndSelectDpEvent``, ``UnsupportedDpEvent``; REPLACE_SPECIAL altogether.
+
+Importing this module needs dp_accounting (the ``dp_accounting`` extra); the engine does
+not.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from dp_accounting import dp_event
+from dp_accounting import privacy_accountant
+
+from ._validation import check_delta, check_epsilon, check_epsilons
+from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant, step_pair
+from .composition import canonical_history
+from .engine import PrivacyBuckets, adaptive_epsilon_bounds
+from .mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair
+from .results import DeltaBounds, EpsilonBounds
+from .subsampled_laplace import SubsampledLaplace
+
+__all__ = ["PrivacyBucketsDpAccountant"]
+
+NeighboringRelation = privacy_accountant.NeighboringRelation
+_Details = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
+
+
+def _no_pair(event, message) -> "_Details":
+    return _Details(invalid_event=event, error_message=message)
+
+
+class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
+    """A ``dp_accounting.PrivacyAccountant`` with certified upper and lower bounds.
+
+    ``options`` are the engine's expert options, as for
+    :class:`pb_accountant.PrivacyBucketsAccountant` (``number_of_buckets``, ``factor``,
+    ``free_infty_budget``, ...).  For the same history of Poisson-sampled Gaussian steps
+    the answers are bitwise those of ``PrivacyBucketsAccountant`` with the same options.
+    """
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE,
+                 **options):
+        if not isinstance(neighboring_relation, NeighboringRelation):
+            raise ValueError("neighboring_relation must be a dp_accounting NeighboringRelation "
+                             f"(ADD_OR_REMOVE_ONE or REPLACE_ONE), got {neighboring_relation!r}")
+        super().__init__(neighboring_relation)
+        # the engine, its options and caches (validates the options)
+        self._pb = PrivacyBucketsAccountant(**options)
+        self._lock = threading.RLock()
+        self._pairs: List[Tuple[MechanismPair, int]] = []
+        self._contains_non_dp_event = False
+
+    # -- events to pairs --------------------------------------------------------------
+    def _leaf_pair(self, event) -> Tuple[Optional[MechanismPair], Optional["_Details"], bool]:
+        """(pair or None, error, non_private) for a leaf event."""
+        rel = self.neighboring_relation
+        add_remove = rel == NeighboringRelation.ADD_OR_REMOVE_ONE
+        replace = rel == NeighboringRelation.REPLACE_ONE
+        if isinstance(event, dp_event.GaussianDpEvent):
+            sigma = event.noise_multiplier
+            if not (add_remove or replace):
+                return None, _no_pair(event, f"GaussianDpEvent needs ADD_OR_REMOVE_ONE or "
+                                             f"REPLACE_ONE, found {rel}"), False
+            if _is_zero(sigma):
+                return None, None, True
+            return self._make(event, lambda: Gaussian(float(sigma), 1.0 if add_remove else 2.0))
+        if isinstance(event, dp_event.LaplaceDpEvent):
+            if not add_remove:
+                return None, _no_pair(event, f"LaplaceDpEvent needs ADD_OR_REMOVE_ONE, "
+                                             f"found {rel}"), False
+            if _is_zero(event.noise_multiplier):
+                return None, None, True
+            return self._make(event, lambda: Laplace(float(event.noise_multiplier)))
+        if isinstance(event, dp_event.RandomizedResponseDpEvent):
+            if not replace:
+                return None, _no_pair(event, "RandomizedResponseDpEvent needs REPLACE_ONE, "
+                                             f"found {rel}"), False
+            return self._randomized_response(event)
+        if isinstance(event, dp_event.PoissonSampledDpEvent):
+            if not add_remove:
+                return None, _no_pair(event, "PoissonSampledDpEvent needs ADD_OR_REMOVE_ONE, "
+                                             f"found {rel}"), False
+            inner = event.event
+            q = event.sampling_probability
+            if not isinstance(inner, (dp_event.GaussianDpEvent, dp_event.LaplaceDpEvent)):
+                return None, _no_pair(event, "the sub-event of PoissonSampledDpEvent must be a "
+                                             f"GaussianDpEvent or LaplaceDpEvent, found {inner}"), False
+            if not _is_real(q) or not 0.0 <= float(q) <= 1.0:
+                return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
+            q = float(q)
+            if q == 0.0:
+                return None, None, False                  # never touches the data
+            scale = inner.noise_multiplier
+            if _is_zero(scale):
+                # the sampled record is revealed: distinguishing mass q (as the accountant)
+                return self._make(event, lambda: DiscretePair((1.0 - q, q), (1.0, 0.0)))
+            if isinstance(inner, dp_event.GaussianDpEvent):
+                return self._make(event, lambda: step_pair(float(scale), q))
+            return self._make(event, lambda: SubsampledLaplace(float(scale), q))
+        if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
+            return None, _no_pair(event, "SampledWithoutReplacementDpEvent: no certified pair "
+                                         "in this version"), False
+        return None, _no_pair(event, "Unsupported event."), False
+
+    def _randomized_response(self, event):
+        p, k = event.noise_parameter, event.num_buckets
+        if not _is_real(p) or not 0.0 <= float(p) <= 1.0:
+            return None, _no_pair(event, f"noise_parameter must be in [0, 1], got {p!r}"), False
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            return None, _no_pair(event, f"num_buckets must be an integer >= 1, got {k!r}"), False
+        p = float(p)
+        if k == 1:
+            return None, None, False                       # one output: nothing revealed
+        if p == 0.0:
+            return None, None, True
+        stay = 1.0 - p + p / k
+        other = p / k
+        rest = max(0.0, 1.0 - stay - other)
+        return self._make(event, lambda: DiscretePair((stay, other, rest), (other, stay, rest)))
+
+    @staticmethod
+    def _make(event, build):
+        try:
+            return build(), None, False
+        except ValueError as exc:        # parameters outside what the pairs represent
+            return None, _no_pair(event, str(exc)), False
+
+    # -- the dp_accounting contract ---------------------------------------------------
+    def _maybe_compose(self, event, count: int, do_compose: bool):
+        if isinstance(event, dp_event.NoOpDpEvent):
+            return None
+        if isinstance(event, dp_event.NonPrivateDpEvent):
+            if do_compose and count:
+                with self._lock:
+                    self._contains_non_dp_event = True
+            return None
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            if isinstance(event.count, bool) or not isinstance(event.count, int) or event.count < 0:
+                return _no_pair(event, f"count must be an integer >= 0, got {event.count!r}")
+            return self._maybe_compose(event.event, event.count * count, do_compose)
+        if isinstance(event, dp_event.ComposedDpEvent):
+            for e in event.events:
+                result = self._maybe_compose(e, count, do_compose)
+                if result is not None:
+                    return result
+            return None
+        pair, error, non_private = self._leaf_pair(event)
+        if error is not None:
+            return error
+        if do_compose and count:
+            with self._lock:
+                if non_private:
+                    self._contains_non_dp_event = True
+                elif pair is not None:
+                    self._pairs = list(canonical_history(self._pairs + [(pair, int(count))]))
+        return None
+
+    def _history(self) -> List[Tuple[MechanismPair, int]]:
+        with self._lock:
+            return list(self._pairs)
+
+    @property
+    def history(self) -> Tuple[Tuple[MechanismPair, int], ...]:
+        """The composed ``(pair, count)`` sequence (canonical: equal neighbours merged)."""
+        return tuple(self._history())
+
+    def get_epsilon(self, target_delta: float) -> float:
+        """Certified upper bound on epsilon at ``target_delta`` (inf if non-private)."""
+        return self.get_epsilon_bounds(target_delta, lower=False).upper
+
+    def get_delta(self, target_epsilon: float) -> float:
+        """Certified upper bound on delta at ``target_epsilon`` (1 if non-private)."""
+        target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+        return float(self.get_delta_bounds(target_epsilon).upper)
+
+    def get_epsilon_bounds(self, target_delta: float, lower: bool = True) -> EpsilonBounds:
+        """Certified lower and upper bounds on epsilon at ``target_delta``."""
+        delta = check_delta(target_delta, "target_delta")
+        if self._contains_non_dp_event:
+            return EpsilonBounds(delta, math.inf, math.inf, "none", None,
+                                 ("a NonPrivateDpEvent was composed: no guarantee",))
+        pairs = self._history()
+        composer = self._pb._composer
+        try:
+            if lower:
+                return adaptive_epsilon_bounds(composer, pairs, delta)
+            engine = PrivacyBuckets(composer.compose(pairs, delta, ("split",)), delta)
+            return engine.epsilon_bounds(delta)
+        except ENGINE_LIMITS as exc:
+            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
+                      "the upper bound inf is valid but uninformative")
+            return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
+
+    def get_delta_bounds(self, target_epsilon) -> DeltaBounds:
+        """Certified bounds on delta at one epsilon or an array of them."""
+        eps = check_epsilons(target_epsilon)
+        if self._contains_non_dp_event:
+            one = np.ones_like(np.asarray(eps, dtype=float))
+            if np.ndim(eps) == 0:
+                return DeltaBounds(eps, 1.0, 1.0, "none", None, ("non-private event",))
+            return DeltaBounds(eps, one, one, "none", None, ("non-private event",))
+        return self.engine().delta_bounds(eps)
+
+    def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
+        """The engine's bounds object for the composed history (both bounds)."""
+        return PrivacyBuckets(self._pb._composer.compose(self._history(), delta,
+                                                         ("split", "grouped")), delta)
+
+    def get_tradeoff_bounds(self, fpr=None, **kwargs):
+        """Certified bounds on the trade-off curve and the attacker's TPR at ``fpr``
+        (docs/attack-risk.md); see :func:`pb_accountant.tradeoff.tradeoff_bounds`."""
+        from .tradeoff import tradeoff_bounds, trivial_tradeoff
+        if self._contains_non_dp_event:
+            return trivial_tradeoff(fpr, note="a NonPrivateDpEvent was composed: no guarantee")
+        return tradeoff_bounds(self.engine(), fpr, **kwargs)
+
+
+def _is_real(x) -> bool:
+    import numbers
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _is_zero(x) -> bool:
+    return _is_real(x) and float(x) == 0.0

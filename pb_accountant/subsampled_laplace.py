@@ -1,0 +1,133 @@
+"""Poisson-subsampled Laplace mechanism as a worst-case pair (paper §5.1 with §5.4's sampling).
+
+remove direction (default): A = (1-q) Lap(0, b) + q Lap(1, b), B = Lap(0, b) (b the
+noise multiplier, sensitivity 1); ``mirrored()`` gives the add direction.  With
+l(x) = (|x| - |x-1|) / b the loss is L(x) = log(1 - q + q e^{l(x)}): constant
+L_- = log(1 - q + q e^{-1/b}) for x <= 0, constant L_+ = log(1 - q + q e^{1/b}) for
+x >= 1 (two atoms), and increasing on (0, 1), where each loss interval is an
+x-interval with end points x(t) = (b log((e^t - (1-q)) / q) + 1) / 2.  The masses are
+closed-form Laplace interval masses (exp/expm1 on the side of the mean), as for
+:class:`pb_accountant.mechanisms.Laplace`, with the same relative error allowance
+(docs/floating-point.md).  This is the pair dp_accounting's ``LaplacePrivacyLoss``
+with ``sampling_prob`` describes for the ADD_OR_REMOVE_ONE relation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._fp import UNIT_ROUNDOFF as _U
+from ._validation import check_real, check_sample_rate
+from .mechanisms import CONTINUOUS_MASS_RELATIVE_ERROR, MechanismPair
+
+__all__ = ["SubsampledLaplace"]
+
+
+def _laplace_mass(lo, hi, mean: float, scale: float) -> np.ndarray:
+    """Lap(mean, scale) mass of (lo, hi], by expm1 on the side of the mean (no
+    cancellation against 1 in the tails)."""
+    lo = np.asarray(lo, dtype=float) - mean
+    hi = np.asarray(hi, dtype=float) - mean
+    both_right = lo >= 0
+    both_left = hi <= 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        right = -0.5 * np.exp(-np.where(both_right, lo, 0) / scale) * np.expm1(
+            -np.where(both_right, hi - lo, 0) / scale)
+        left = -0.5 * np.exp(np.where(both_left, hi, 0) / scale) * np.expm1(
+            -np.where(both_left, hi - lo, 0) / scale)
+
+        def upper_tail(x):  # P(X > x)
+            return np.where(x >= 0, 0.5 * np.exp(-np.maximum(x, 0) / scale),
+                            1.0 - 0.5 * np.exp(np.minimum(x, 0) / scale))
+
+        general = upper_tail(lo) - upper_tail(hi)
+    out = np.where(both_right, right, np.where(both_left, left, general))
+    out = np.where(hi > lo, out, 0.0)
+    return np.maximum(np.nan_to_num(out, nan=0.0), 0.0)
+
+
+@dataclass(frozen=True)
+class SubsampledLaplace(MechanismPair):
+    """One Poisson-sampled Laplace step: rate q, Laplace noise of scale b (sensitivity 1).
+
+    remove direction (default) A = (1-q) Lap(0, b) + q Lap(1, b), B = Lap(0, b);
+    ``mirrored()`` is the add direction.  q = 1 is the plain Laplace mechanism.
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    swapped: bool = False
+    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+
+    def __post_init__(self):
+        check_real("noise_multiplier", self.noise_multiplier, low=1e-3, high=1e12)
+        check_sample_rate(self.sample_rate, allow_zero=False)
+
+    # -- the loss and its inverse ---------------------------------------------------
+    def _mixed_loss(self, ell):
+        """log(1 - q + q e^ell), without overflow."""
+        q = self.sample_rate
+        if q == 1.0:
+            return float(ell)
+        return float(np.logaddexp(math.log1p(-q), math.log(q) + ell))
+
+    @property
+    def loss_low(self) -> float:
+        """L_-: the loss of every outcome x <= 0."""
+        return self._mixed_loss(-1.0 / self.noise_multiplier)
+
+    @property
+    def loss_high(self) -> float:
+        """L_+: the loss of every outcome x >= 1."""
+        return self._mixed_loss(1.0 / self.noise_multiplier)
+
+    def _x_of_loss(self, t):
+        """x(t) on (0, 1): the outcome whose loss is t (clipped to [0, 1])."""
+        b = self.noise_multiplier
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        if q == 1.0:
+            ell = t
+        else:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                big = t > 0.0
+                inner = np.where(big, t + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 0.0))),
+                                 np.log(np.maximum(np.expm1(np.where(big, 0.0, t)) + q, 0.0)))
+                ell = inner - math.log(q)
+            ell = np.where(t <= math.log1p(-q), -np.inf, ell)
+        with np.errstate(invalid="ignore", over="ignore"):
+            x = (b * ell + 1.0) / 2.0
+        return np.clip(np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+
+    # -- the MechanismPair interface --------------------------------------------------
+    def _atoms(self):
+        b, q = self.noise_multiplier, self.sample_rate
+        b_left = float(_laplace_mass(-np.inf, 0.0, 0.0, b))
+        a1_left = float(_laplace_mass(-np.inf, 0.0, 1.0, b))
+        b_right = float(_laplace_mass(1.0, np.inf, 0.0, b))
+        a1_right = float(_laplace_mass(1.0, np.inf, 1.0, b))
+        a_left = (1.0 - q) * b_left + q * a1_left
+        a_right = (1.0 - q) * b_right + q * a1_right
+        return (np.array([self.loss_low, self.loss_high]), np.array([a_left, a_right]),
+                np.array([b_left, b_right]))
+
+    def _continuous(self, t):
+        a, b, _, _ = self._continuous_with_error(t)
+        return a, b
+
+    def _continuous_with_error(self, t):
+        scale, q = self.noise_multiplier, self.sample_rate
+        x = self._x_of_loss(t)
+        x = np.concatenate(([0.0], x, [1.0]))
+        x = np.maximum.accumulate(x)   # guards against rounding making it non-monotone
+        # open interval (0, 1): the end atoms are counted in _atoms
+        bm = _laplace_mass(x[:-1], x[1:], 0.0, scale)
+        a1 = _laplace_mass(x[:-1], x[1:], 1.0, scale)
+        a = (1.0 - q) * bm + q * a1
+        rel = self.mass_relative_error
+        return a, bm, rel * a + 4 * _U * a, rel * bm
+
+    def _loss_range(self, tail):
+        return self.loss_low, self.loss_high
