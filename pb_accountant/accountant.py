@@ -276,6 +276,33 @@ class PrivacyBucketsAccountant:
                           RuntimeWarning, stacklevel=3)
             return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
 
+    # -- attack risk (docs/attack-risk.md) --------------------------------------------
+    def get_tradeoff_bounds(self, fpr=None, **kwargs):
+        """Certified bounds on the trade-off curve f(alpha), the attacker's TPR at each
+        false-positive rate in ``fpr`` (default 1e-3, 1e-2, 0.1) and the GDP mu bracket
+        (a :class:`pb_accountant.tradeoff.TradeoffBounds`).  At an engine limit the
+        trivial bounds come back with the reason in ``notes``."""
+        from .tradeoff import _check_fpr, tradeoff_bounds, trivial_tradeoff
+        _check_fpr(fpr)                                     # user errors raise first
+        try:
+            engine = self._engine(None, lower=True)
+            return tradeoff_bounds(engine, fpr, **kwargs)
+        except ENGINE_LIMITS as exc:
+            reason = f"engine limit reached ({type(exc).__name__}: {exc})"
+            warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
+                          RuntimeWarning, stacklevel=2)
+            return trivial_tradeoff(fpr, note=reason)
+
+    def get_tpr_bounds(self, fpr):
+        """Certified (lower, upper) bounds on an attacker's best true-positive rate at
+        false-positive rate ``fpr`` (a number, or arrays for an array)."""
+        import numpy as np
+        scalar = np.ndim(fpr) == 0
+        tb = self.get_tradeoff_bounds(fpr)
+        if scalar:
+            return float(tb.tpr_lower[0]), float(tb.tpr_upper[0])
+        return tb.tpr_lower, tb.tpr_upper
+
 
 def _options_dict(options: BucketOptions) -> dict:
     """The constructor options as a JSON-serialisable dict."""

@@ -187,6 +187,14 @@ class PrivacyBuckets:
         return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower),
                             np.asarray(db.upper), "best", self.grid_info)
 
+    # -- attack risk (docs/attack-risk.md) --------------------------------------------
+    def tradeoff_bounds(self, fpr=None, **kwargs):
+        """Certified bounds on the f-DP trade-off curve at false-positive rates ``fpr``
+        (default 1e-3, 1e-2, 0.1), the attacker's TPR there and the GDP mu bracket;
+        see :func:`pb_accountant.tradeoff.tradeoff_bounds`."""
+        from .tradeoff import tradeoff_bounds
+        return tradeoff_bounds(self, fpr, **kwargs)
+
 
 def compose(sequence, *, delta: Optional[float] = None,
             methods: Sequence[str] = DEFAULT_METHODS,
