@@ -103,6 +103,10 @@ def _up(x):
 def _check_fpr(fpr, name="fpr") -> np.ndarray:
     if fpr is None:
         fpr = DEFAULT_FPR
+    kind = np.asarray(fpr).dtype.kind if not isinstance(fpr, (str, bytes)) else "U"
+    if kind not in "iuf":
+        raise ValueError(f"{name} must be a false-positive rate in (0, 1] or an array of "
+                         f"them, got {fpr!r}")
     arr = check_array(name, np.atleast_1d(fpr), low=0.0, high=1.0, low_open=True)
     return arr.ravel()
 
@@ -158,7 +162,7 @@ def _beta_upper_one_order(alpha, eps, d_low_fwd, d_low_rev):
         out[s:s + 16] = np.maximum(t1.max(axis=1), t2.max(axis=1))
     # beyond the last grid point: delta >= 0
     last = eps[-1]
-    tail1 = np.maximum(1.0 - math.exp(last) * alpha, 0.0) + _SLACK * (1.0 + math.exp(last) * alpha)
+    tail1 = np.maximum(1.0 - math.exp(last) * alpha + _SLACK * (1.0 + math.exp(last) * alpha), 0.0)
     tail2 = math.exp(-last) * (1.0 - alpha) * (1.0 + _SLACK)
     out = np.maximum(out, np.maximum(tail1, tail2))
     out = np.maximum(out, 0.0)

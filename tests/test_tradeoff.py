@@ -1,0 +1,164 @@
+"""Certified trade-off (f-DP) bounds bracket the closed forms: the Gaussian mechanism's
+curve Phi(Phi^-1(1 - alpha) - mu), composed (mu = sqrt(T) / sigma), and randomized
+response's piecewise-linear curve; TPR-at-FPR and GDP-mu bounds follow."""
+import math
+
+import numpy as np
+import pytest
+from scipy import special
+
+from pb_accountant import (Gaussian, PrivacyBucketsAccountant, RandomizedResponse,
+                           SubsampledGaussian, compose)
+from pb_accountant.tradeoff import (DEFAULT_FPR, TradeoffBounds, tradeoff_bounds,
+                                    tradeoff_from_curves, trivial_tradeoff)
+
+ALPHAS = np.array([1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99,
+                   0.999999])
+#: allowance for scipy's ndtr/ndtri in the reference values (a few ulp)
+REF = 1e-12
+
+
+def gaussian_tpr(alpha, mu):
+    """1 - G_mu(alpha) = Phi(Phi^-1(alpha) + mu), accurate for tiny alpha."""
+    return special.ndtr(special.ndtri(alpha) + mu)
+
+
+def gaussian_beta(alpha, mu):
+    return special.ndtr(-special.ndtri(alpha) - mu)
+
+
+def assert_brackets(tb: TradeoffBounds, beta, tpr):
+    assert np.all(tb.beta_lower <= beta * (1 + REF))
+    assert np.all(beta * (1 - REF) <= tb.beta_upper)
+    assert np.all(tb.tpr_lower <= tpr * (1 + REF))
+    assert np.all(tpr * (1 - REF) <= tb.tpr_upper)
+    assert np.all(tb.beta_lower >= 0) and np.all(tb.beta_upper <= 1 - tb.fpr + 1e-15)
+    assert np.all(tb.tpr_lower >= 0) and np.all(tb.tpr_upper <= 1)
+
+
+@pytest.mark.parametrize("sigma,count", [(1.0, 1), (2.0, 1), (0.5, 1), (4.0, 16), (10.0, 50)])
+def test_brackets_the_gaussian_curve(sigma, count):
+    mu = math.sqrt(count) / sigma
+    pb = compose([(Gaussian(sigma), count)], delta=1e-10)
+    tb = tradeoff_bounds(pb, ALPHAS)
+    assert_brackets(tb, gaussian_beta(ALPHAS, mu), gaussian_tpr(ALPHAS, mu))
+    # not vacuous: relative width in the TPR below 1% wherever the TPR is above 1e-9
+    tpr = gaussian_tpr(ALPHAS, mu)
+    big = tpr > 1e-9
+    assert np.all((tb.tpr_upper - tb.tpr_lower)[big] <= 1e-2 * tpr[big])
+    assert tb.mu_lower <= mu <= tb.mu_upper
+    assert tb.mu_upper - tb.mu_lower <= 0.02 * mu
+
+
+def test_randomized_response_curve():
+    """RR with bias p is exactly (eps0, 0)-DP with eps0 = log(p / (1-p)): its curve is
+    max(0, 1 - e^eps0 alpha, e^-eps0 (1 - alpha))."""
+    for p in (0.6, 0.75, 0.9):
+        e0 = p / (1 - p)
+        pb = compose([(RandomizedResponse(p), 1)], delta=1e-10)
+        tb = tradeoff_bounds(pb, ALPHAS)
+        beta = np.maximum.reduce([np.zeros_like(ALPHAS), 1 - e0 * ALPHAS, (1 - ALPHAS) / e0])
+        assert_brackets(tb, beta, 1 - beta)
+        # not vacuous: within the leaf grid's spacing (4% of the loss's spread, so up to
+        # e^0.04 on the atoms' loss log(p / (1-p)))
+        np.testing.assert_allclose(tb.beta_upper, beta, rtol=5e-2, atol=1e-12)
+        np.testing.assert_allclose(tb.beta_lower, beta, rtol=5e-2, atol=1e-12)
+
+
+def test_composed_randomized_response_is_bracketed_by_its_exact_curve():
+    """Two-fold RR: the exact curve from the exact hockey-stick divergence (a 3-atom
+    loss distribution), via the duality formula on a fine eps grid (a lower envelope of
+    the true curve; the true curve at the atoms' kinks is exactly attained)."""
+    p = 0.8
+    e0 = math.log(p / (1 - p))
+    losses = np.array([2 * e0, 0.0, -2 * e0])
+    pa = np.array([p * p, 2 * p * (1 - p), (1 - p) ** 2])
+    pb_ = pa * np.exp(-losses)
+
+    def hs(eps, a, b):
+        return np.maximum(a[None, :] - np.exp(eps)[:, None] * b[None, :], 0).sum(axis=1)
+
+    eps = np.concatenate((np.linspace(0, 4 * e0, 4001), [2 * e0]))
+    d = hs(eps, pa, pb_)
+    alpha = np.array([1e-6, 1e-3, 0.01, 0.04, 0.2, 0.5, 0.9])
+    beta = np.maximum(0, np.max(np.maximum(1 - d[None, :] - np.exp(eps)[None, :] * alpha[:, None],
+                                           np.exp(-eps)[None, :] * (1 - d[None, :] - alpha[:, None])),
+                                axis=1))
+    tb = tradeoff_bounds(compose([(RandomizedResponse(p), 2)], delta=1e-10), alpha)
+    assert np.all(tb.beta_lower <= beta * (1 + 1e-9))
+    assert np.all(beta * (1 - 1e-3) <= tb.beta_upper)
+
+
+def test_subsampled_gaussian_consistent_with_epsilon_bounds():
+    """The f-DP bound is at least as strong as the (eps, delta) one at every delta:
+    TPR <= e^eps_up alpha + delta; and TPR >= alpha (no test is worse than guessing)."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.02, 500)]
+    tb = acc.get_tradeoff_bounds(ALPHAS)
+    for delta in (1e-7, 1e-5, 1e-3):
+        eps = acc.get_epsilon(delta)
+        assert np.all(tb.tpr_upper <= np.minimum(1.0, math.exp(eps) * ALPHAS + delta) * (1 + 1e-9))
+    assert np.all(tb.tpr_lower >= ALPHAS * (1 - 1e-12))
+    assert np.all(tb.tpr_lower <= tb.tpr_upper)
+    assert 0 < tb.mu_lower <= tb.mu_upper
+
+
+def test_empty_history_is_exact():
+    pb = compose([], delta=1e-6)
+    tb = tradeoff_bounds(pb, ALPHAS)
+    # exact up to the certified rounding allowance (a few 1e-15 absolute)
+    np.testing.assert_allclose(tb.beta_lower, 1 - ALPHAS, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(tb.beta_upper, 1 - ALPHAS, rtol=1e-14, atol=1e-14)
+    assert tb.mu_lower == 0.0 and tb.mu_upper <= 1e-5       # mu = 0 up to rounding
+
+
+def test_accountant_api_is_deterministic_and_matches_engine():
+    acc = PrivacyBucketsAccountant()
+    for _ in range(50):
+        acc.step(noise_multiplier=1.2, sample_rate=0.05)
+    lo, up = acc.get_tpr_bounds(0.01)
+    assert isinstance(lo, float) and lo < up
+    again = PrivacyBucketsAccountant()
+    again.load_state_dict(acc.state_dict())
+    assert again.get_tpr_bounds(0.01) == (lo, up)
+    tb = acc.get_tradeoff_bounds()
+    np.testing.assert_array_equal(tb.fpr, DEFAULT_FPR)
+    engine = compose([(SubsampledGaussian(1.2, 0.05), 50)])
+    tb2 = engine.tradeoff_bounds()
+    np.testing.assert_array_equal(tb.tpr_upper, tb2.tpr_upper)
+    arr_lo, arr_up = acc.get_tpr_bounds([0.01, 0.1])
+    assert arr_lo[0] == lo and arr_up[0] == up
+    d = tb.as_dict()
+    assert d["fpr"] == list(DEFAULT_FPR) and len(d["tpr_upper"]) == 3
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), "0.1", [0.1, 2.0]])
+def test_bad_fpr_raises_naming_it(bad):
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.1, 3)]
+    with pytest.raises(ValueError, match="fpr"):
+        acc.get_tradeoff_bounds(bad)
+    with pytest.raises(ValueError, match="fpr"):
+        tradeoff_bounds(compose([(Gaussian(1.0), 1)]), bad)
+
+
+def test_bad_options_raise():
+    pb = compose([(Gaussian(1.0), 1)])
+    with pytest.raises(ValueError, match="mu_alpha_min"):
+        tradeoff_bounds(pb, mu_alpha_min=0.0)
+    with pytest.raises(ValueError, match="eps_step"):
+        tradeoff_bounds(pb, eps_step=-1)
+
+
+def test_trivial_and_nan_guard():
+    tb = trivial_tradeoff([0.1], note="why")
+    assert tb.tpr_upper[0] == 1.0 and tb.tpr_lower[0] <= 0.1 and tb.notes == ("why",)
+    with pytest.raises(RuntimeError, match="NaN"):
+        tradeoff_from_curves(lambda d, e: np.full_like(e, np.nan), lambda d, e: np.zeros_like(e))
+
+
+def test_no_gdp_mu_when_the_curve_touches_zero():
+    """Pure-DP with a large eps0 has f = 0 on an interval below alpha = 1: no mu fits."""
+    tb = tradeoff_bounds(compose([(RandomizedResponse(0.999), 3)], delta=1e-10), [0.1])
+    assert tb.mu_upper == math.inf
+    assert tb.mu_lower > 2.0
