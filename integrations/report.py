@@ -1,0 +1,427 @@
+"""A privacy report fit for a model card: Markdown + JSON (+ a PNG) from one call.
+
+    from pb_accountant.integrations.report import privacy_report
+    report = privacy_report(accountant, "privacy")       # privacy.md, privacy.json, privacy.png
+
+``source`` is a :class:`pb_accountant.PrivacyBucketsAccountant`, a saved ``state_dict``
+(a mapping, or a JSON file holding one, e.g. ``BudgetTracker.state_dict()["accountant"]``)
+or a tracker log (the JSON lines :class:`~pb_accountant.integrations.JSONLinesSink`
+writes).  The report holds the mechanism, sampler and neighbouring relation, the
+history summarised, certified epsilon bounds at several deltas, certified bounds on an
+attacker's true-positive rate at fixed false-positive rates (docs/attack-risk.md), the
+GDP mu bracket, the method, library version and what is assumed, and a plot of the
+privacy curve and the trade-off band (matplotlib optional: without it the plot is
+skipped with a note).
+
+A tracker log records, per line, the step count and the noise multiplier and sample rate
+of the *last* step.  The history is rebuilt by giving every step since the previous
+line that line's values: exact when the log has a line per step or the values did not
+change between lines; the report says so, and checks its recomputed epsilon against
+the last line's recorded bounds.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from pb_accountant._validation import check_array, check_delta
+
+__all__ = ["privacy_report", "PrivacyReport", "DEFAULT_DELTAS", "load_source"]
+
+#: deltas at which the report states epsilon bounds by default (plus a tracker log's own)
+DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
+#: false-positive rates of the attack-risk table
+DEFAULT_FPR = (1e-3, 1e-2, 0.1)
+_DEFAULT_ASSUMPTIONS = {"sampler": "poisson", "neighbouring": "add_remove"}
+
+
+@dataclass
+class PrivacyReport:
+    """The report: ``data`` (JSON-ready), ``markdown``, and the files written."""
+
+    data: Dict[str, Any]
+    markdown: str
+    files: Dict[str, str] = field(default_factory=dict)
+
+
+# -- sources ----------------------------------------------------------------------------
+def _accountant_from_state(state: Mapping):
+    from pb_accountant import PrivacyBucketsAccountant
+    if "history" not in state:
+        raise ValueError("source state_dict must have the key 'history' (a list of "
+                         f"(noise_multiplier, sample_rate, num_steps)), got keys {sorted(state)!r}")
+    options = dict(state.get("options") or {})
+    assumptions = dict(state.get("assumptions") or {})
+    try:
+        acc = PrivacyBucketsAccountant(**assumptions, **options)
+    except ValueError as exc:
+        # an accountant without sampler arguments models poisson / add_remove only
+        plain = all(v is None or _DEFAULT_ASSUMPTIONS.get(k, None) == v
+                    for k, v in assumptions.items())
+        if not assumptions or not plain:
+            raise ValueError(f"source state_dict assumes {assumptions!r} with options "
+                             f"{options!r}, which this accountant cannot model: {exc}") from None
+        acc = PrivacyBucketsAccountant(**options)
+        state = {k: v for k, v in state.items() if k != "assumptions"}
+    acc.load_state_dict(dict(state))
+    return acc
+
+
+def _read_log(lines: Sequence[str], where: str) -> List[dict]:
+    records = []
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{where}: line {i + 1} is not JSON") from None
+        if not isinstance(rec, dict) or "step" not in rec or "eps_upper" not in rec:
+            raise ValueError(f"{where}: line {i + 1} is not a budget record (needs 'step' "
+                             "and 'eps_upper')")
+        records.append(rec)
+    if not records:
+        raise ValueError(f"{where}: the tracker log holds no records")
+    # a log appended to by several runs: keep the last run (steps restart)
+    start = 0
+    for i in range(1, len(records)):
+        if int(records[i]["step"]) < int(records[i - 1]["step"]):
+            start = i
+    return records[start:]
+
+
+def _history_from_log(records: List[dict]) -> Tuple[List[Tuple[float, float, int]], List[str]]:
+    history: List[Tuple[float, float, int]] = []
+    notes: List[str] = []
+    previous = 0
+    approximate = False
+    for rec in records:
+        step = int(rec["step"])
+        k = step - previous
+        if k <= 0:
+            continue
+        sigma, q = rec.get("noise_multiplier"), rec.get("sample_rate")
+        if sigma is None or q is None:
+            raise ValueError(f"tracker log record at step {step} has no noise_multiplier/"
+                             "sample_rate: the history cannot be rebuilt")
+        if k > 1 and history and (history[-1][0], history[-1][1]) != (float(sigma), float(q)):
+            approximate = True
+        if history and (history[-1][0], history[-1][1]) == (float(sigma), float(q)):
+            history[-1] = (history[-1][0], history[-1][1], history[-1][2] + k)
+        else:
+            history.append((float(sigma), float(q), k))
+        previous = step
+    notes.append("history rebuilt from the tracker log: each step since the previous record "
+                 "is given that record's noise multiplier and sample rate")
+    if approximate:
+        notes.append("the noise multiplier or sample rate changed between records that are "
+                     "more than one step apart: the rebuilt history is an approximation")
+    return history, notes
+
+
+def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
+    """(accountant, description of the source, notes) for any supported source."""
+    from pb_accountant import PrivacyBucketsAccountant
+    if isinstance(source, PrivacyBucketsAccountant):
+        return source, {"kind": "accountant"}, []
+    if isinstance(source, Mapping):
+        return _accountant_from_state(source), {"kind": "state_dict"}, []
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ValueError(f"source: cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            state = json.loads(text)
+        except ValueError:
+            state = None
+        if isinstance(state, Mapping) and "history" in state:
+            return _accountant_from_state(state), {"kind": "state_dict", "path": path}, []
+        if isinstance(state, Mapping) and "accountant" in state and isinstance(state["accountant"], Mapping):
+            # a BudgetTracker.state_dict()
+            return (_accountant_from_state(state["accountant"]),
+                    {"kind": "tracker_state", "path": path}, [])
+        records = _read_log(text.splitlines(), path)
+        history, notes = _history_from_log(records)
+        acc = PrivacyBucketsAccountant()
+        acc.history = history
+        last = records[-1]
+        return acc, {"kind": "tracker_log", "path": path, "records": len(records),
+                     "last_record": last}, notes
+    raise ValueError("source must be a PrivacyBucketsAccountant, a state_dict mapping, or the "
+                     f"path of a JSON state_dict or tracker log, got {type(source).__name__}")
+
+
+# -- the report -------------------------------------------------------------------------
+def _num(x):
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        raise RuntimeError("report: a NaN reached the report")
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _assumptions(acc) -> Dict[str, Any]:
+    got = getattr(acc, "assumptions", None)
+    if callable(got):
+        got = got()
+    if isinstance(got, Mapping):
+        out = dict(_DEFAULT_ASSUMPTIONS)
+        out.update({k: v for k, v in got.items()})
+        return out
+    return dict(_DEFAULT_ASSUMPTIONS)
+
+
+def _options(acc) -> Dict[str, Any]:
+    import dataclasses
+    opts = getattr(acc, "options", None)
+    if opts is None or not dataclasses.is_dataclass(opts):
+        return {}
+    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+
+
+def _history_summary(history) -> Dict[str, Any]:
+    hist = [(float(s), float(q), int(t)) for s, q, t in history]
+    active = [h for h in hist if h[2] > 0]
+    sig = [s for s, _, _ in active]
+    qs = [q for _, q, _ in active]
+    return {"segments": len(hist), "steps": int(sum(t for _, _, t in hist)),
+            "noise_multiplier": {"min": min(sig) if sig else None, "max": max(sig) if sig else None},
+            "sample_rate": {"min": min(qs) if qs else None, "max": max(qs) if qs else None},
+            "entries": [{"noise_multiplier": s, "sample_rate": q, "steps": t}
+                        for s, q, t in hist[:50]],
+            "entries_shown": min(len(hist), 50)}
+
+
+def _fmt(x, up=True, sig=4) -> str:
+    """Directed rounding for display: upper bounds up, lower bounds down."""
+    if isinstance(x, str):
+        return "∞" if x == "inf" else x
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return "∞"
+    if x == 0:
+        return "0"
+    exp = math.floor(math.log10(abs(x)))
+    scale = 10.0 ** (sig - 1 - exp)
+    v = (math.ceil(x * scale) if up else math.floor(x * scale)) / scale
+    return f"{v:.{sig}g}"
+
+
+def _markdown(data: Dict[str, Any]) -> str:
+    h = data["history"]
+    a = data["assumptions"]
+    lines = [f"## Differential privacy ({data['title']})", "",
+             f"- **Mechanism:** {data['mechanism']}",
+             f"- **Sampler:** {a.get('sampler')}; **neighbouring relation:** "
+             f"{a.get('neighbouring')}",
+             f"- **Training:** {h['steps']} steps in {h['segments']} segment(s); noise "
+             f"multiplier {_fmt(h['noise_multiplier']['min'], False)}"
+             f"–{_fmt(h['noise_multiplier']['max'])}, sample rate "
+             f"{_fmt(h['sample_rate']['min'], False)}–{_fmt(h['sample_rate']['max'])}",
+             f"- **Accountant:** pb-accountant {data['version']} (privacy buckets, certified "
+             f"upper and lower bounds)", "",
+             "### Certified (epsilon, delta)", "",
+             "| delta | epsilon lower bound | epsilon upper bound |", "|---|---|---|"]
+    for row in data["epsilon"]:
+        lines.append(f"| {row['delta']:g} | {_fmt(row['lower'], False)} | "
+                     f"{_fmt(row['upper'])} |")
+    lines += ["", "The true epsilon lies between the two bounds; the upper bound is the "
+              "guarantee.", "",
+              "### Attack risk (membership inference)", "",
+              "Best true-positive rate any attacker can reach at a given false-positive "
+              "rate, for one example, certified from the privacy curve (f-DP trade-off, "
+              "both neighbouring directions):", "",
+              "| false-positive rate | TPR lower bound | TPR upper bound |", "|---|---|---|"]
+    r = data["attack_risk"]
+    for f, lo, up in zip(r["fpr"], r["tpr_lower"], r["tpr_upper"]):
+        lines.append(f"| {f:g} | {_fmt(lo, False)} | {_fmt(up)} |")
+    mu = r["gdp_mu"]
+    lines += ["", f"Gaussian-DP parameter implied by the curve (for FPR in "
+              f"[{mu['alpha_min']:g}, 1 - {mu['alpha_min']:g}]): mu in "
+              f"[{_fmt(mu['lower'], False)}, {_fmt(mu['upper'])}].", ""]
+    if data.get("plot"):
+        lines += [f"![privacy curve and trade-off band]({os.path.basename(data['plot'])})", ""]
+    lines += ["### Method and assumptions", ""]
+    lines += [f"- {s}" for s in data["assumed"]]
+    if data["notes"]:
+        lines += ["", "### Notes", ""] + [f"- {n}" for n in data["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(path: str, curve, tb_curve, title: str) -> None:
+    """Two panels: the certified privacy curve, and the TPR-vs-FPR band (matplotlib's
+    object API, no pyplot state)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10.0, 4.2), dpi=110)
+    ax1, ax2 = fig.subplots(1, 2)
+    eps = np.asarray(curve.epsilons)
+    up = np.asarray(curve.delta_upper)
+    lo = np.asarray(curve.delta_lower)
+    ax1.fill_between(eps, np.where(lo > 0, lo, np.nan), np.where(up > 0, up, np.nan),
+                     color="tab:blue", alpha=0.2, lw=0, label="certified region")
+    ax1.plot(eps[up > 0], up[up > 0], color="tab:blue", lw=2, label="upper bound")
+    ax1.plot(eps[lo > 0], lo[lo > 0], color="tab:blue", lw=1.2, ls="--", label="lower bound")
+    ax1.set_yscale("log")
+    pos = up[up > 0]
+    ax1.set_ylim(max(float(pos.min()) if pos.size else 1e-12, 1e-14), 1.0)
+    ax1.set_xlabel(r"$\varepsilon$")
+    ax1.set_ylabel(r"$\delta(\varepsilon)$")
+    ax1.set_title("privacy curve", fontsize=10)
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend(fontsize=8)
+    fpr = np.asarray(tb_curve.fpr)
+    ax2.fill_between(fpr, tb_curve.tpr_lower, tb_curve.tpr_upper, color="tab:red", alpha=0.25,
+                     lw=0, label="certified TPR band")
+    ax2.plot(fpr, tb_curve.tpr_upper, color="tab:red", lw=1.5, label="TPR upper bound")
+    ax2.plot(fpr, tb_curve.tpr_lower, color="tab:red", lw=1.0, ls="--", label="TPR lower bound")
+    ax2.plot(fpr, fpr, color="gray", lw=1, ls=":", label="random guess")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlim(float(fpr.min()), 1.0)
+    ax2.set_ylim(float(fpr.min()), 1.0)
+    ax2.set_xlabel("false-positive rate")
+    ax2.set_ylabel("true-positive rate")
+    ax2.set_title("attack risk (trade-off band)", fontsize=10)
+    ax2.grid(True, which="both", alpha=0.3)
+    ax2.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def plot_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, fpr,
+                 title: Optional[str], plot_points: int = 60):
+    """(data, curve, trade-off bounds on the plot grid): everything but the files."""
+    from pb_accountant import __version__
+    deltas = [check_delta(d, "deltas") for d in deltas]
+    fpr = check_array("fpr", np.atleast_1d(np.asarray(fpr, dtype=float)), low=0.0, high=1.0,
+                      low_open=True).tolist()
+    log = source_info.get("last_record")
+    if log is not None and log.get("delta") is not None:
+        d = float(log["delta"])
+        if d not in deltas:
+            deltas.append(d)
+    deltas = sorted(set(deltas), reverse=True)
+    history = acc.history
+    summary = _history_summary(history)
+    rows = []
+    for d in deltas:
+        b = acc.get_epsilon_bounds(d)
+        rows.append({"delta": d, "lower": _num(b.lower), "upper": _num(b.upper),
+                     "notes": list(b.notes)})
+        notes = notes + [n for n in b.notes if n not in notes]
+    if log is not None and log.get("delta") is not None:
+        b = acc.get_epsilon_bounds(float(log["delta"]))
+        recorded = log.get("eps_upper")
+        if isinstance(recorded, (int, float)) and recorded != b.upper:
+            notes.append(f"the last log record states eps_upper={recorded!r} at delta="
+                         f"{log['delta']!r}; the rebuilt history gives {b.upper!r}")
+    plot_fpr = np.geomspace(1e-6, 1.0, plot_points)
+    all_fpr = np.unique(np.concatenate((np.asarray(fpr), plot_fpr)))
+    tb = acc.get_tradeoff_bounds(all_fpr)
+    pick = np.searchsorted(tb.fpr, fpr)
+    risk = {"fpr": [float(f) for f in fpr],
+            "tpr_lower": [_num(tb.tpr_lower[i]) for i in pick],
+            "tpr_upper": [_num(tb.tpr_upper[i]) for i in pick],
+            "gdp_mu": {"lower": _num(tb.mu_lower), "upper": _num(tb.mu_upper),
+                       "alpha_min": tb.mu_alpha_min}}
+    notes = notes + [n for n in tb.notes if n not in notes]
+    assumptions = _assumptions(acc)
+    steps = summary["steps"]
+    if title is None:
+        title = f"DP-SGD, {steps} steps"
+    assumed = [
+        "Bounds are certified by privacy buckets (Meiser & Mohammadi, \"Tight on "
+        "Budget?\"): the upper bounds are provably at least, the lower bounds provably at "
+        "most, the true values, floating-point error included (docs/method.md, "
+        "docs/floating-point.md).",
+        f"Each step is the {assumptions.get('sampler')}-sampled Gaussian mechanism with "
+        "clipping norm C and noise standard deviation noise_multiplier x C (DP-SGD); the "
+        "training code must implement exactly this (per-example clipping, the stated "
+        "sampling).",
+        f"Neighbouring datasets differ by {'adding or removing' if assumptions.get('neighbouring') == 'add_remove' else 'replacing'} "
+        "one example; both directions are bounded.",
+        "Attack-risk bounds: the f-DP trade-off curve is bounded from the certified "
+        "delta(epsilon) bounds by convex duality (docs/attack-risk.md); they bound the "
+        "best test between two neighbouring datasets, i.e. any membership-inference "
+        "attack on one example, for the worst-case example.",
+        "Only the released model's training is covered (not hyper-parameter search or "
+        "other uses of the data).",
+    ]
+    data = {
+        "title": title,
+        "generator": "pb_accountant.integrations.report",
+        "version": __version__,
+        "source": {k: v for k, v in source_info.items() if k != "last_record"},
+        "mechanism": "Poisson-subsampled Gaussian (DP-SGD)"
+        if assumptions.get("sampler") == "poisson" else
+        f"{assumptions.get('sampler')}-sampled Gaussian (DP-SGD)",
+        "assumptions": assumptions,
+        "history": summary,
+        "epsilon": rows,
+        "attack_risk": risk,
+        "method": "privacy buckets (split pair upper bound, grouped lower bound)",
+        "options": _options(acc),
+        "assumed": assumed,
+        "notes": list(dict.fromkeys(notes)),
+        "plot": None,
+    }
+    curve = acc.get_privacy_curve(num=120)
+    return data, curve, tb
+
+
+def privacy_report(source, output: Optional[str] = None, *, deltas: Sequence[float] = DEFAULT_DELTAS,
+                   fpr: Sequence[float] = DEFAULT_FPR, plot: bool = True,
+                   title: Optional[str] = None) -> PrivacyReport:
+    """Build the report; with ``output`` (a path prefix) write ``output.md``,
+    ``output.json`` and, with matplotlib, ``output.png``.
+
+    Bad input raises ValueError before anything is written.
+    """
+    acc, info, notes = load_source(source)
+    data, curve, tb = build_report(acc, info, list(notes), deltas=deltas, fpr=fpr, title=title)
+    files: Dict[str, str] = {}
+    if output is not None:
+        output = os.fspath(output)
+        folder = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(folder):
+            raise ValueError(f"output: the folder {folder} does not exist")
+        if plot and plot_available():
+            png = output + ".png"
+            _plot(png, curve, tb, data["title"])
+            data["plot"] = png
+            files["png"] = png
+        elif plot:
+            data["notes"].append("matplotlib is not installed: no plot "
+                                 "(pip install matplotlib)")
+        md = _markdown(data)
+        with open(output + ".json", "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+        files["json"] = output + ".json"
+        with open(output + ".md", "w", encoding="utf-8") as fh:
+            fh.write(md)
+        files["md"] = output + ".md"
+    else:
+        md = _markdown(data)
+    return PrivacyReport(data, md, files)
