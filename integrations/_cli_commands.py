@@ -602,3 +602,92 @@ def curve(args) -> Tuple[Data, Any]:
         data["curve"] = [{"epsilon": float(e), "delta_lower": float(lo), "delta_upper": float(hi)}
                          for e, lo, hi in zip(epsilons, lower, upper)]
     return data, files
+
+
+# --------------------------------------------------------------------------------------
+# attack risk and the privacy report (docs/attack-risk.md)
+# --------------------------------------------------------------------------------------
+
+#: most false-positive rates `risk` takes
+MAX_FPR = 1_000
+
+
+def _fprs(values) -> List[float]:
+    values = list(values) if values else ["1e-3", "1e-2", "0.1"]
+    if len(values) > MAX_FPR:
+        raise UserError(f"--fpr takes at most {MAX_FPR} values")
+    return [number("--fpr", v, low=0.0, high=1.0, low_open=True, fraction=True) for v in values]
+
+
+def _png_path(path: Optional[str]) -> Optional[str]:
+    if path is None:
+        return None
+    try:
+        render.check_output_path("--png", path)
+    except render.OutputError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError("--png needs matplotlib: pip install matplotlib") from None
+    return path
+
+
+def risk(args) -> Tuple[Data, Any]:
+    """Certified TPR-at-FPR bounds and the GDP mu bracket; (data, files to commit)."""
+    import numpy as np
+    from pb_accountant.integrations.report import _plot
+    schedule, notes = schedule_from(args)
+    fprs = _fprs(args.fpr)
+    png_path = _png_path(args.png)
+    acc = _accountant(schedule)
+    with busy(args, "bounding the trade-off curve"):
+        if png_path:
+            grid = np.unique(np.concatenate((np.asarray(fprs), np.geomspace(1e-6, 1.0, 60))))
+            tb_all = acc.get_tradeoff_bounds(grid)
+            pick = np.searchsorted(tb_all.fpr, fprs)
+            curve = acc.get_privacy_curve(num=120)
+        else:
+            tb_all = acc.get_tradeoff_bounds(fprs)
+            pick = np.arange(len(fprs))
+    sched = schedule_json(schedule)
+    files = render.AtomicFiles()
+    if png_path:
+        title = (f"DP-SGD: {len(schedule)} segment(s), {_steps(schedule)} steps")
+        try:
+            files.write("--png", png_path, lambda tmp: _plot(tmp, curve, tb_all, title))
+        except render.OutputError as exc:
+            files.discard()
+            raise UserError(str(exc)) from None
+        except BaseException:
+            files.discard()
+            raise
+    rows = [{"fpr": float(tb_all.fpr[i]), "tpr_lower": float(tb_all.tpr_lower[i]),
+             "tpr_upper": float(tb_all.tpr_upper[i])} for i in pick]
+    data = {"command": "risk", "schedule": sched, "steps": _steps(schedule), "results": rows,
+            "gdp_mu": {"lower": tb_all.mu_lower, "upper": tb_all.mu_upper,
+                       "alpha_min": tb_all.mu_alpha_min},
+            "png": png_path, "notes": _notes(notes + list(tb_all.notes))}
+    return data, files
+
+
+def report(args) -> Data:
+    """The privacy report of a saved accountant state or tracker log."""
+    from pb_accountant.integrations.report import DEFAULT_DELTAS, privacy_report
+    deltas = [delta_value(d) for d in args.delta] if args.delta else list(DEFAULT_DELTAS)
+    fprs = _fprs(args.fpr)
+    if args.out is not None:
+        for suffix in (".md", ".json") + (() if args.no_plot else (".png",)):
+            try:
+                render.check_output_path("--out", args.out + suffix)
+            except render.OutputError as exc:
+                raise UserError(str(exc)) from None
+    with busy(args, "writing the report"):
+        try:
+            rep = privacy_report(args.source, args.out, deltas=deltas, fpr=fprs,
+                                 plot=not args.no_plot and args.out is not None,
+                                 title=args.title)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"{args.source}: {exc}") from None
+    return {"command": "report", "files": rep.files, "report": rep.data,
+            "markdown": rep.markdown}

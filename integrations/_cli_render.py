@@ -353,3 +353,28 @@ def curve_png_writer(epsilons, lower, upper, schedule, peer_curves, deltas,
         finally:
             plt.close(fig)
     return write
+
+
+# --------------------------------------------------------------------------------------
+# attack risk and the privacy report
+# --------------------------------------------------------------------------------------
+
+def render_risk(data: Data) -> str:
+    out = (f"DP-SGD (Poisson-subsampled Gaussian), {data['steps']} steps: an attacker's best "
+           "true-positive rate (membership inference, one example)\n\n")
+    out += _schedule_table(data["schedule"]) + "\n\n"
+    rows = [[g(r["fpr"]), down(r["tpr_lower"]), up(r["tpr_upper"])] for r in data["results"]]
+    out += table(["fpr", "tpr_lower", "tpr_upper"], rows, "rrr") + "\n\n"
+    mu = data["gdp_mu"]
+    out += (f"Gaussian DP: {down(mu['lower'])} <= mu <= {up(mu['upper'])} "
+            f"(FPR in [{g(mu['alpha_min'])}, 1 - {g(mu['alpha_min'])}])\n")
+    if data.get("png"):
+        out += f"wrote {data['png']} (privacy curve and trade-off band)\n"
+    return out + _notes(data["notes"])
+
+
+def render_report(data: Data) -> str:
+    files = data.get("files") or {}
+    if not files:
+        return data["markdown"]
+    return "".join(f"wrote {files[k]}\n" for k in ("md", "json", "png") if k in files)

@@ -7,6 +7,8 @@
     pb-accountant noise   --target-epsilon 3 --sample-rate 256/60000 --epochs 10 --delta 1e-5
     pb-accountant curve   --sigma 1.1 --sample-rate 0.01 --steps 1000 --png curve.png
     pb-accountant compare --sigma 1.1 --sample-rate 0.01 --steps 1000 --delta 1e-5
+    pb-accountant risk    --sigma 1.1 --sample-rate 0.01 --steps 1000 --png risk.png
+    pb-accountant report  state.json --out privacy
 
 This module parses arguments and maps failures to exit statuses; ``_cli_commands``
 computes, ``_cli_render`` formats.  Exit status 0: done; 2: a user error (bad value,
@@ -83,6 +85,54 @@ def cmd_curve(args, out) -> int:
                   for p in data.get("curve", [])]
         out.write(render.render_curve(data, points))
     return EXIT_OK
+
+
+def cmd_risk(args, out) -> int:
+    data, files = commands.risk(args)
+    try:
+        files.commit()
+    except OSError as exc:
+        files.discard()
+        raise UserError(f"cannot write the output files: {exc.strerror or exc}") from None
+    _emit(args, data, render.render_risk, out)
+    return EXIT_OK
+
+
+def cmd_report(args, out) -> int:
+    data = commands.report(args)
+    if args.json:
+        out.write(render.render_json({k: v for k, v in data.items() if k != "markdown"}))
+    else:
+        out.write(render.render_report(data))
+    return EXIT_OK
+
+
+def _add_risk_and_report(sub) -> None:
+    """The attack-risk and privacy-report subcommands (docs/attack-risk.md)."""
+    p = sub.add_parser("risk", help="certified attack risk: an attacker's best TPR at given "
+                                    "FPRs, and the GDP mu bracket")
+    _add_schedule(p)
+    p.add_argument("--fpr", nargs="+", metavar="ALPHA",
+                   help="false-positive rates in (0, 1] (default 1e-3 1e-2 0.1)")
+    p.add_argument("--png", help="write the privacy curve and the trade-off band to this PNG")
+    _add_output(p, progress=True)
+    p.set_defaults(func=cmd_risk)
+
+    p = sub.add_parser("report", help="privacy report (Markdown, JSON, PNG) of a saved "
+                                      "accountant state or a tracker log")
+    p.add_argument("source", help="JSON file: an accountant state_dict, a BudgetTracker "
+                                  "state_dict, or a JSON-lines tracker log")
+    p.add_argument("--out", metavar="PREFIX",
+                   help="write PREFIX.md, PREFIX.json and PREFIX.png (default: Markdown on "
+                        "stdout)")
+    p.add_argument("--delta", nargs="+", metavar="DELTA",
+                   help="deltas of the epsilon table (default 1e-5 1e-6 1e-8)")
+    p.add_argument("--fpr", nargs="+", metavar="ALPHA",
+                   help="false-positive rates of the attack-risk table (default 1e-3 1e-2 0.1)")
+    p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    p.add_argument("--title")
+    _add_output(p, progress=True)
+    p.set_defaults(func=cmd_report)
 
 
 # --------------------------------------------------------------------------------------
@@ -203,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_peer_limits(p)
     _add_output(p, progress=True, timing=True)
     p.set_defaults(func=cmd_compare)
+    _add_risk_and_report(sub)
     return parser
 
 

@@ -1,0 +1,241 @@
+"""The privacy report (pb_accountant.integrations.report) and the `risk` / `report`
+subcommands: every source kind, the content a model card needs, files, errors."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pb_accountant import PrivacyBucketsAccountant
+from pb_accountant.integrations import BudgetTracker, JSONLinesSink
+from pb_accountant.integrations import report as report_mod
+from pb_accountant.integrations.cli import main
+from pb_accountant.integrations.report import load_source, privacy_report
+
+HISTORY = [(1.1, 0.01, 300), (1.3, 0.02, 100)]
+
+
+def accountant(history=HISTORY):
+    acc = PrivacyBucketsAccountant()
+    acc.history = list(history)
+    return acc
+
+
+def check_content(data, acc, deltas):
+    assert data["mechanism"].startswith("Poisson-subsampled Gaussian")
+    assert data["assumptions"]["sampler"] == "poisson"
+    assert data["assumptions"]["neighbouring"] == "add_remove"
+    h = data["history"]
+    assert h["steps"] == sum(t for _, _, t in acc.history)
+    assert h["segments"] == len(acc.history)
+    assert h["noise_multiplier"]["min"] == min(s for s, _, _ in acc.history)
+    assert h["sample_rate"]["max"] == max(q for _, q, _ in acc.history)
+    assert [r["delta"] for r in data["epsilon"]] == sorted(deltas, reverse=True)
+    for row in data["epsilon"]:
+        b = acc.get_epsilon_bounds(row["delta"])
+        assert (row["lower"], row["upper"]) == (b.lower, b.upper)   # the very numbers
+    risk = data["attack_risk"]
+    lo, up = acc.get_tpr_bounds(np.asarray(risk["fpr"]))
+    # the report's TPR bounds come from one trade-off evaluation on a larger grid: each is
+    # certified, so it brackets the same true value as the accountant's
+    assert np.all(np.asarray(risk["tpr_lower"]) <= up) and np.all(lo <= np.asarray(risk["tpr_upper"]))
+    assert risk["gdp_mu"]["lower"] <= risk["gdp_mu"]["upper"]
+    assert data["version"]
+    assert any("privacy buckets" in s for s in data["assumed"])
+
+
+def test_report_from_accountant_writes_markdown_json_png(tmp_path):
+    acc = accountant()
+    rep = privacy_report(acc, str(tmp_path / "card"), deltas=(1e-5, 1e-6))
+    check_content(rep.data, acc, [1e-5, 1e-6])
+    md = (tmp_path / "card.md").read_text()
+    assert md == rep.markdown
+    for text in ("Certified (epsilon, delta)", "Attack risk", "false-positive rate",
+                 "Method and assumptions", "add_remove", "poisson"):
+        assert text in md
+    data = json.loads((tmp_path / "card.json").read_text())
+    assert data["epsilon"] == rep.data["epsilon"]
+    if report_mod.plot_available():
+        png = tmp_path / "card.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "card.png" in md
+
+
+def test_report_without_output_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rep = privacy_report(accountant([(1.0, 0.05, 50)]), deltas=(1e-5,))
+    assert rep.files == {} and list(tmp_path.iterdir()) == []
+    assert rep.markdown.startswith("## Differential privacy")
+
+
+def test_report_without_matplotlib_notes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_mod, "plot_available", lambda: False)
+    rep = privacy_report(accountant([(1.0, 0.05, 50)]), str(tmp_path / "r"), deltas=(1e-5,))
+    assert "png" not in rep.files and not (tmp_path / "r.png").exists()
+    assert any("matplotlib" in n for n in rep.data["notes"])
+
+
+def test_report_from_state_dict_and_json_file(tmp_path):
+    acc = accountant()
+    state = dict(acc.state_dict())
+    a = privacy_report(state, deltas=(1e-5,))
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    b = privacy_report(str(path), deltas=(1e-5,))
+    assert a.data["epsilon"] == b.data["epsilon"]
+    assert b.data["source"] == {"kind": "state_dict", "path": str(path)}
+    check_content(a.data, acc, [1e-5])
+    # a BudgetTracker checkpoint holds the accountant's state under "accountant"
+    tracker_state = tmp_path / "tracker.json"
+    tracker = BudgetTracker(acc, 1e-5, sinks=[])
+    tracker_state.write_text(json.dumps(tracker.state_dict()))
+    c = privacy_report(str(tracker_state), deltas=(1e-5,))
+    assert c.data["epsilon"] == a.data["epsilon"]
+
+
+def test_report_from_tracker_log_every_step_is_exact(tmp_path):
+    log = tmp_path / "budget.jsonl"
+    acc = PrivacyBucketsAccountant()
+    with BudgetTracker(acc, 1e-5, every_n_steps=1, every_epoch=False,
+                       sinks=[JSONLinesSink(log)]) as tracker:
+        for sigma, q, steps in [(1.0, 0.05, 6), (1.5, 0.05, 4)]:
+            for _ in range(steps):
+                acc.step(noise_multiplier=sigma, sample_rate=q)
+                tracker.on_step()
+    rep = privacy_report(str(log), deltas=(1e-6,))
+    rebuilt, info, _ = load_source(str(log))
+    assert rebuilt.history == acc.history
+    assert info["kind"] == "tracker_log" and info["records"] == 10
+    # the log's own delta joins the table; the recomputed bound equals the recorded one
+    assert [r["delta"] for r in rep.data["epsilon"]] == [1e-5, 1e-6]
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert rep.data["epsilon"][0]["upper"] == last["eps_upper"]
+    assert not any("approximation" in n or "rebuilt history gives" in n for n in rep.data["notes"])
+
+
+def test_report_from_sparse_tracker_log_says_it_is_approximate(tmp_path):
+    log = tmp_path / "budget.jsonl"
+    acc = PrivacyBucketsAccountant()
+    with BudgetTracker(acc, 1e-5, every_n_steps=5, every_epoch=False,
+                       sinks=[JSONLinesSink(log)]) as tracker:
+        for i in range(10):
+            acc.step(noise_multiplier=1.0 if i < 7 else 2.0, sample_rate=0.05)
+            tracker.on_step()
+    rep = privacy_report(str(log), deltas=(1e-5,))
+    assert any("approximation" in n for n in rep.data["notes"])
+    assert any("rebuilt history gives" in n for n in rep.data["notes"])
+
+
+def test_tracker_log_of_several_runs_uses_the_last(tmp_path):
+    log = tmp_path / "budget.jsonl"
+    lines = [{"step": s, "epoch": 0, "delta": 1e-5, "eps_lower": 0.1, "eps_upper": 0.2,
+              "noise_multiplier": 1.0, "sample_rate": 0.1, "event": "step", "time": 0.0}
+             for s in (1, 2, 3, 1, 2)]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    acc, info, _ = load_source(str(log))
+    assert acc.history == [(1.0, 0.1, 2)] and info["records"] == 2
+
+
+@pytest.mark.parametrize("bad,match", [
+    (42, "source must be"),
+    ({"mechanism": "pb"}, "history"),
+    ({"history": [(1.0, 2.0, 3)], "mechanism": "pb"}, "sample_rate"),
+    ({"history": [], "mechanism": "pb", "assumptions": {"sampler": "shuffle"}}, "shuffle"),
+])
+def test_bad_sources_raise_value_error(bad, match):
+    with pytest.raises(ValueError, match=match):
+        privacy_report(bad)
+
+
+def test_bad_files_and_arguments(tmp_path):
+    with pytest.raises(ValueError, match="cannot read"):
+        privacy_report(str(tmp_path / "missing.json"))
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json\n")
+    with pytest.raises(ValueError, match="line 1"):
+        privacy_report(str(junk))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="no records"):
+        privacy_report(str(empty))
+    with pytest.raises(ValueError, match="deltas"):
+        privacy_report(accountant(), deltas=(0.0,))
+    with pytest.raises(ValueError, match="fpr"):
+        privacy_report(accountant(), fpr=(2.0,))
+    with pytest.raises(ValueError, match="does not exist"):
+        privacy_report(accountant(), str(tmp_path / "no" / "such" / "dir" / "r"))
+
+
+# -- the command line ----------------------------------------------------------------
+def cli(capsys, *argv):
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_cli_risk_text_and_json(capsys):
+    status, out, err = cli(capsys, "risk", "--sigma", 1.1, "--sample-rate", 0.01,
+                           "--steps", 200)
+    assert status == 0, err
+    assert "tpr_upper" in out and "Gaussian DP" in out
+    status, out, err = cli(capsys, "risk", "--sigma", 1.1, "--sample-rate", 0.01, "--steps", 200,
+                           "--fpr", "1e-4", "0.05", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    acc = accountant([(1.1, 0.01, 200)])
+    lo, up = acc.get_tpr_bounds(np.array([1e-4, 0.05]))
+    assert [r["fpr"] for r in data["results"]] == [1e-4, 0.05]
+    assert [r["tpr_upper"] for r in data["results"]] == list(up)
+    assert [r["tpr_lower"] for r in data["results"]] == list(lo)
+    assert data["gdp_mu"]["lower"] <= data["gdp_mu"]["upper"]
+
+
+def test_cli_risk_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "risk.png"
+    status, out, err = cli(capsys, "risk", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 20,
+                           "--png", png)
+    assert status == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG" and str(png) in out
+
+
+@pytest.mark.parametrize("argv,match", [
+    (("--fpr", "0"), "--fpr"),
+    (("--fpr", "1.5"), "--fpr"),
+    (("--fpr", "x"), "--fpr"),
+])
+def test_cli_risk_bad_values(capsys, argv, match):
+    status, out, err = cli(capsys, "risk", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 20,
+                           *argv)
+    assert status == 2 and match in err and out == ""
+
+
+def test_cli_report(capsys, tmp_path):
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(dict(accountant([(1.0, 0.05, 40)]).state_dict())))
+    status, out, err = cli(capsys, "report", state, "--delta", "1e-5")
+    assert status == 0, err
+    assert out.startswith("## Differential privacy") and "| 1e-05 |" in out
+    status, out, err = cli(capsys, "report", state, "--delta", "1e-5", "--out",
+                           tmp_path / "card", "--no-plot", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert set(data["files"]) == {"md", "json"}
+    assert (tmp_path / "card.md").exists() and not (tmp_path / "card.png").exists()
+    assert data["report"]["epsilon"][0]["delta"] == 1e-5
+    status, out, err = cli(capsys, "report", tmp_path / "missing.json")
+    assert status == 2 and "cannot read" in err
+    status, out, err = cli(capsys, "report", state, "--delta", "2")
+    assert status == 2 and "--delta" in err
+
+
+def test_non_finite_values_in_json(tmp_path):
+    """A history whose epsilon cannot be certified at a tiny delta: inf is written as the
+    string "inf" (valid JSON), never NaN."""
+    acc = accountant([(0.0, 0.5, 1)])          # no noise: distinguishing mass 0.5
+    rep = privacy_report(acc, str(tmp_path / "r"), deltas=(1e-5,), plot=False)
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["epsilon"][0]["upper"] == "inf"
+    assert rep.data["attack_risk"]["gdp_mu"]["upper"] == "inf"
+    assert "∞" in rep.markdown
+    assert math.isinf(acc.get_epsilon(1e-5))
