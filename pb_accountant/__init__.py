@@ -11,6 +11,10 @@ __all__ = ["PrivacyBucketsAccountant", "compose", "epsilon_bounds", "PrivacyBuck
            "PrivacyCurve", "GridInfo", "find_noise_multiplier", "find_steps",
            "NoiseCalibration", "StepsCalibration"]
 from ._version import __version__
+from .subsampled_laplace import SubsampledLaplace
+from .tradeoff import TradeoffBounds, tradeoff_bounds
+
+__all__ += ["SubsampledLaplace", "TradeoffBounds", "tradeoff_bounds"]
 
 from . import _opacus_hook as _hook
 

@@ -368,3 +368,18 @@ def test_subsampled_laplace_validation_and_masses():
         a, b = p.bucket_masses(t)
         assert math.fsum(a) == pytest.approx(1.0, rel=1e-12)
         assert math.fsum(b) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_readme_dp_accounting_example_runs(capsys):
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+                 if "PrivacyBucketsDpAccountant" in b)
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    acc = namespace["acc"]
+    pb = PrivacyBucketsAccountant()
+    pb.history = [(1.1, 0.01, 1000)]
+    assert acc.get_epsilon(1e-5) == pb.get_epsilon(1e-5)
+    assert "EpsilonBounds(" in capsys.readouterr().out

@@ -239,3 +239,18 @@ def test_non_finite_values_in_json(tmp_path):
     assert rep.data["attack_risk"]["gdp_mu"]["upper"] == "inf"
     assert "∞" in rep.markdown
     assert math.isinf(acc.get_epsilon(1e-5))
+
+
+def test_readme_attack_risk_example_runs(capsys, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+                 if "get_tpr_bounds" in b)
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "## Differential privacy" in out
+    lo, up = namespace["accountant"].get_tpr_bounds(0.01)
+    assert 0.01 < lo <= up < 0.05

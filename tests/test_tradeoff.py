@@ -162,3 +162,18 @@ def test_no_gdp_mu_when_the_curve_touches_zero():
     tb = tradeoff_bounds(compose([(RandomizedResponse(0.999), 3)], delta=1e-10), [0.1])
     assert tb.mu_upper == math.inf
     assert tb.mu_lower > 2.0
+
+
+def test_engine_imports_without_dp_accounting():
+    """dp_accounting is optional: the engine, the trade-off bounds and the sampled
+    Laplace pair import without it; only the adapter needs it."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['dp_accounting'] = None\n"
+            "import pb_accountant, pb_accountant.tradeoff, pb_accountant.subsampled_laplace\n"
+            "try:\n    import pb_accountant.dp_accounting_adapter\n"
+            "except ImportError:\n    print('adapter needs dp_accounting')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "adapter needs dp_accounting"
