@@ -12,15 +12,16 @@ Supported events (anything else: ``supports`` is False, never a wrong number):
 * ADD_OR_REMOVE_ONE: ``GaussianDpEvent`` (sensitivity 1), ``LaplaceDpEvent``,
   ``PoissonSampledDpEvent`` of a Gaussian or Laplace event;
 * REPLACE_ONE: ``GaussianDpEvent`` (the sum moves by 2, as in dp_accounting's PLD),
-  ``RandomizedResponseDpEvent``;
+  ``RandomizedResponseDpEvent``, and, where ``pb_accountant.samplers`` is present (its
+  ``step_pairs``), ``PoissonSampledDpEvent`` and ``SampledWithoutReplacementDpEvent`` of
+  a Gaussian event;
 * both: ``SelfComposedDpEvent``, ``ComposedDpEvent``, ``NoOpDpEvent``,
   ``NonPrivateDpEvent`` (epsilon inf, delta 1).
 
 Not supported, because no certified pair is implemented: ``ZCDpEvent`` (a zCDP
 statement is not a pair of distributions), ``MixtureOfGaussiansDpEvent``,
 ``DiscreteLaplaceDpEvent``, ``TruncatedSubsampledGaussianDpEvent``,
-``SampledWithReplacementDpEvent``, ``SampledWithoutReplacementDpEvent`` (its pair
-comes with pb_accountant.samplers), ``SingleEpochTreeAggregationDpEvent``,
+``SampledWithReplacementDpEvent``, ``SingleEpochTreeAggregationDpEvent``,
 ``RepeatAndSelectDpEvent``, ``UnsupportedDpEvent``; REPLACE_SPECIAL altogether.
 
 Importing this module needs dp_accounting (the ``dp_accounting`` extra); the engine does
@@ -102,10 +103,12 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                 return None, _no_pair(event, "RandomizedResponseDpEvent needs REPLACE_ONE, "
                                              f"found {rel}"), False
             return self._randomized_response(event)
+        if isinstance(event, dp_event.PoissonSampledDpEvent) and replace:
+            return self._sampled_replace_one(event, "poisson")
         if isinstance(event, dp_event.PoissonSampledDpEvent):
             if not add_remove:
-                return None, _no_pair(event, "PoissonSampledDpEvent needs ADD_OR_REMOVE_ONE, "
-                                             f"found {rel}"), False
+                return None, _no_pair(event, "PoissonSampledDpEvent needs ADD_OR_REMOVE_ONE "
+                                             f"or REPLACE_ONE, found {rel}"), False
             inner = event.event
             q = event.sampling_probability
             if not isinstance(inner, (dp_event.GaussianDpEvent, dp_event.LaplaceDpEvent)):
@@ -124,9 +127,51 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                 return self._make(event, lambda: step_pair(float(scale), q))
             return self._make(event, lambda: SubsampledLaplace(float(scale), q))
         if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
-            return None, _no_pair(event, "SampledWithoutReplacementDpEvent: no certified pair "
-                                         "in this version"), False
+            if not replace:
+                return None, _no_pair(event, "SampledWithoutReplacementDpEvent needs "
+                                             f"REPLACE_ONE, found {rel}"), False
+            return self._sampled_replace_one(event, "fixed_size")
         return None, _no_pair(event, "Unsupported event."), False
+
+    def _sampled_replace_one(self, event, sampler: str):
+        """Poisson / fixed-size sampled Gaussian under REPLACE_ONE: the pairs of
+        pb_accountant.samplers (``step_pairs``), where that module is present; a pair
+        whose upper and lower versions differ is refused (no bracket here)."""
+        try:
+            from . import samplers
+            step_pairs, gaussian_noise = samplers.step_pairs, samplers.gaussian_noise
+        except (ImportError, AttributeError):
+            return None, _no_pair(event, f"{type(event).__name__} under REPLACE_ONE needs "
+                                         "pb_accountant.samplers, absent in this version"), False
+        inner = event.event
+        if not isinstance(inner, dp_event.GaussianDpEvent):
+            return None, _no_pair(event, "the sub-event must be a GaussianDpEvent, found "
+                                         f"{inner}"), False
+        if sampler == "poisson":
+            q = event.sampling_probability
+            if not _is_real(q) or not 0.0 <= float(q) <= 1.0:
+                return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
+            q = float(q)
+        else:
+            n, b = event.source_dataset_size, event.sample_size
+            if (isinstance(n, bool) or isinstance(b, bool) or not isinstance(n, int)
+                    or not isinstance(b, int) or n < 1 or not 0 <= b <= n):
+                return None, _no_pair(event, "source_dataset_size must be an integer >= 1 and "
+                                             "sample_size an integer in [0, source_dataset_size], "
+                                             f"got {n!r}, {b!r}"), False
+            q = b / n
+        if q == 0.0:
+            return None, None, False
+        sigma = inner.noise_multiplier
+        if not _is_real(sigma) or float(sigma) < 0.0:
+            return None, _no_pair(event, f"noise_multiplier must be >= 0, got {sigma!r}"), False
+
+        def build():
+            upper, lower = step_pairs(gaussian_noise(float(sigma)), q, sampler, "replace_one")
+            if upper != lower:
+                raise ValueError("the sampler's upper and lower pairs differ")
+            return upper
+        return self._make(event, build)
 
     def _randomized_response(self, event):
         p, k = event.noise_parameter, event.num_buckets

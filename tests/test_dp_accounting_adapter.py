@@ -1,6 +1,7 @@
 """The dp_accounting adapter: dp_accounting's accountant contract, agreement with its PLD
 accountant within pb's certified width, the DP-SGD events TF Privacy / JAX emit, and the
 Poisson-sampled Laplace pair against dp_accounting's closed form."""
+import importlib.util
 import math
 
 import numpy as np
@@ -15,6 +16,8 @@ from dp_accounting.pld import privacy_loss_mechanism as plm  # noqa: E402
 from pb_accountant import PrivacyBucketsAccountant, compose  # noqa: E402
 from pb_accountant.dp_accounting_adapter import PrivacyBucketsDpAccountant  # noqa: E402
 from pb_accountant.subsampled_laplace import SubsampledLaplace  # noqa: E402
+
+HAS_SAMPLERS = importlib.util.find_spec("pb_accountant.samplers") is not None
 
 AR = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
 R1 = dpa.NeighboringRelation.REPLACE_ONE
@@ -72,7 +75,13 @@ def test_replace_one_relation():
     assert acc.supports(de.RandomizedResponseDpEvent(0.5, 4))
     assert acc.supports(de.GaussianDpEvent(1.0))
     assert not acc.supports(de.LaplaceDpEvent(1.0))
-    assert not acc.supports(de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(1.0)))
+    assert not acc.supports(de.PoissonSampledDpEvent(0.1, de.LaplaceDpEvent(1.0)))
+    # sampled Gaussians under REPLACE_ONE take their pairs from pb_accountant.samplers
+    assert acc.supports(de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(1.0))) == HAS_SAMPLERS
+    assert acc.supports(de.SampledWithoutReplacementDpEvent(
+        100, 10, de.GaussianDpEvent(1.0))) == HAS_SAMPLERS
+    assert not acc.supports(de.SampledWithoutReplacementDpEvent(100, 10, de.LaplaceDpEvent(1.0)))
+    assert not acc.supports(de.SampledWithoutReplacementDpEvent(10, 100, de.GaussianDpEvent(1.0)))
     # REPLACE_ONE moves the sum by 2: epsilon of Gaussian(sigma) = that of Gaussian(sigma/2)
     rep = acc.compose(de.GaussianDpEvent(4.0)).get_epsilon(1e-6)
     ar = PrivacyBucketsDpAccountant(AR).compose(de.GaussianDpEvent(2.0)).get_epsilon(1e-6)
@@ -383,3 +392,30 @@ def test_readme_dp_accounting_example_runs(capsys):
     pb.history = [(1.1, 0.01, 1000)]
     assert acc.get_epsilon(1e-5) == pb.get_epsilon(1e-5)
     assert "EpsilonBounds(" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not HAS_SAMPLERS, reason="pb_accountant.samplers not present")
+def test_sampled_without_replacement_replace_one():
+    """Fixed-size batches (b of n) under REPLACE_ONE: the samplers' pair
+    (1-g) N(0) + g N(2) vs N(0), g = b/n; below dp_accounting's RDP bound (an upper
+    bound), and within the certified width of itself."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+    event = de.SelfComposedDpEvent(de.SampledWithoutReplacementDpEvent(
+        1000, 20, de.GaussianDpEvent(1.5)), 300)
+    acc = PrivacyBucketsDpAccountant(R1).compose(event)
+    lo, up = acc.get_epsilon_bounds(1e-6)
+    rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=R1).compose(event)
+    assert 0 < lo <= up <= rdp.get_epsilon(1e-6)
+    assert up - lo <= 0.01 * up
+
+
+@pytest.mark.skipif(not HAS_SAMPLERS, reason="pb_accountant.samplers not present")
+def test_poisson_replace_one_agrees_with_pld():
+    event = de.SelfComposedDpEvent(PG(0.05, G(1.2)), 50)
+    lo, up = PrivacyBucketsDpAccountant(R1).compose(event).get_epsilon_bounds(1e-6)
+    kw = dict(sampling_prob=0.05, neighboring_relation=R1, value_discretization_interval=2e-4)
+    pess = pld_lib.from_gaussian_mechanism(1.2, pessimistic_estimate=True, **kw).self_compose(50)
+    opt = pld_lib.from_gaussian_mechanism(1.2, pessimistic_estimate=False, **kw).self_compose(50)
+    assert lo <= pess.get_epsilon_for_delta(1e-6) * (1 + 1e-9)
+    assert up >= opt.get_epsilon_for_delta(1e-6) * (1 - 1e-9)
+    assert up == pytest.approx(pess.get_epsilon_for_delta(1e-6), rel=0.02)
