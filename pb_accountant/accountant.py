@@ -285,6 +285,15 @@ class PrivacyBucketsAccountant:
         from .tradeoff import _check_fpr, tradeoff_bounds, trivial_tradeoff
         _check_fpr(fpr)                                     # user errors raise first
         try:
+            sampled = getattr(self, "_sampled", None)       # samplers with a bracket
+            sp = sampled(self._snapshot()) if sampled is not None else None
+            if sp is not None and getattr(sp, "lower", None) is not None:
+                # the upper pairs' own lower curves bound a dominating pair, not the
+                # mechanism: only the certified upper curves are used (TPR lower = FPR)
+                engine = PrivacyBuckets(self._composer.compose(list(sp.upper), None,
+                                                               ("split",)), None)
+                result = tradeoff_bounds(engine, fpr, **kwargs)
+                return dataclasses.replace(result, notes=result.notes + tuple(sp.notes))
             engine = self._engine(None, lower=True)
             return tradeoff_bounds(engine, fpr, **kwargs)
         except ENGINE_LIMITS as exc:

@@ -29,6 +29,7 @@ not.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from typing import List, Optional, Tuple
@@ -50,6 +51,11 @@ __all__ = ["PrivacyBucketsDpAccountant"]
 
 NeighboringRelation = privacy_accountant.NeighboringRelation
 _Details = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
+_RELATION_NAME = {NeighboringRelation.ADD_OR_REMOVE_ONE: "add_remove",
+                  NeighboringRelation.REPLACE_ONE: "replace_one",
+                  NeighboringRelation.REPLACE_SPECIAL: "replace_special"}
+_SAMPLER_OF = {dp_event.PoissonSampledDpEvent: "poisson",
+               dp_event.SampledWithoutReplacementDpEvent: "fixed_size"}
 
 
 def _no_pair(event, message) -> "_Details":
@@ -76,6 +82,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         self._lock = threading.RLock()
         self._pairs: List[Tuple[MechanismPair, int]] = []
         self._contains_non_dp_event = False
+        self._samplers = set()
 
     # -- events to pairs --------------------------------------------------------------
     def _leaf_pair(self, event) -> Tuple[Optional[MechanismPair], Optional["_Details"], bool]:
@@ -224,7 +231,20 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                     self._contains_non_dp_event = True
                 elif pair is not None:
                     self._pairs = list(canonical_history(self._pairs + [(pair, int(count))]))
+                    self._samplers.add(_SAMPLER_OF.get(type(event), "none"))
         return None
+
+    def _tagged(self, result):
+        """The result with the relation and samplers of the composed events, where the
+        result type records them (fields ``neighbouring`` / ``sampler``)."""
+        names = {f.name for f in dataclasses.fields(result)}
+        changes = {}
+        if "neighbouring" in names:
+            changes["neighbouring"] = _RELATION_NAME[self.neighboring_relation]
+        if "sampler" in names:
+            with self._lock:
+                changes["sampler"] = "+".join(sorted(self._samplers)) or "none"
+        return dataclasses.replace(result, **changes) if changes else result
 
     def _history(self) -> List[Tuple[MechanismPair, int]]:
         with self._lock:
@@ -248,19 +268,19 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         """Certified lower and upper bounds on epsilon at ``target_delta``."""
         delta = check_delta(target_delta, "target_delta")
         if self._contains_non_dp_event:
-            return EpsilonBounds(delta, math.inf, math.inf, "none", None,
-                                 ("a NonPrivateDpEvent was composed: no guarantee",))
+            return self._tagged(EpsilonBounds(delta, math.inf, math.inf, "none", None,
+                                              ("a NonPrivateDpEvent was composed: no guarantee",)))
         pairs = self._history()
         composer = self._pb._composer
         try:
             if lower:
-                return adaptive_epsilon_bounds(composer, pairs, delta)
+                return self._tagged(adaptive_epsilon_bounds(composer, pairs, delta))
             engine = PrivacyBuckets(composer.compose(pairs, delta, ("split",)), delta)
-            return engine.epsilon_bounds(delta)
+            return self._tagged(engine.epsilon_bounds(delta))
         except ENGINE_LIMITS as exc:
             reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
                       "the upper bound inf is valid but uninformative")
-            return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
+            return self._tagged(EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,)))
 
     def get_delta_bounds(self, target_epsilon) -> DeltaBounds:
         """Certified bounds on delta at one epsilon or an array of them."""
@@ -268,9 +288,9 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         if self._contains_non_dp_event:
             one = np.ones_like(np.asarray(eps, dtype=float))
             if np.ndim(eps) == 0:
-                return DeltaBounds(eps, 1.0, 1.0, "none", None, ("non-private event",))
-            return DeltaBounds(eps, one, one, "none", None, ("non-private event",))
-        return self.engine().delta_bounds(eps)
+                return self._tagged(DeltaBounds(eps, 1.0, 1.0, "none", None, ("non-private event",)))
+            return self._tagged(DeltaBounds(eps, one, one, "none", None, ("non-private event",)))
+        return self._tagged(self.engine().delta_bounds(eps))
 
     def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
         """The engine's bounds object for the composed history (both bounds)."""

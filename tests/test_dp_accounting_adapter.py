@@ -397,16 +397,23 @@ def test_readme_dp_accounting_example_runs(capsys):
 @pytest.mark.skipif(not HAS_SAMPLERS, reason="pb_accountant.samplers not present")
 def test_sampled_without_replacement_replace_one():
     """Fixed-size batches (b of n) under REPLACE_ONE: the samplers' pair
-    (1-g) N(0) + g N(2) vs N(0), g = b/n; below dp_accounting's RDP bound (an upper
-    bound), and within the certified width of itself."""
+    (1-g) N(0) + g N(2) vs N(0), g = b/n (replacing moves the sum by 2, as
+    GaussianDpEvent's docstring and dp_accounting's PLD have it).  dp_accounting's RDP
+    accountant takes the Gaussian's shift under REPLACE_ONE to be 1, so its bound for
+    noise sigma / 2 is the comparable upper bound."""
     from dp_accounting.rdp import rdp_privacy_accountant
-    event = de.SelfComposedDpEvent(de.SampledWithoutReplacementDpEvent(
-        1000, 20, de.GaussianDpEvent(1.5)), 300)
-    acc = PrivacyBucketsDpAccountant(R1).compose(event)
+
+    def event(sigma):
+        return de.SelfComposedDpEvent(de.SampledWithoutReplacementDpEvent(
+            1000, 20, de.GaussianDpEvent(sigma)), 300)
+
+    acc = PrivacyBucketsDpAccountant(R1).compose(event(1.5))
     lo, up = acc.get_epsilon_bounds(1e-6)
-    rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=R1).compose(event)
+    rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=R1).compose(event(0.75))
     assert 0 < lo <= up <= rdp.get_epsilon(1e-6)
     assert up - lo <= 0.01 * up
+    same = PrivacyBucketsDpAccountant(AR).compose(de.SelfComposedDpEvent(PG(0.02, G(0.75)), 300))
+    assert same.get_epsilon(1e-6) == up          # the very pair SubsampledGaussian(0.75, b/n)
 
 
 @pytest.mark.skipif(not HAS_SAMPLERS, reason="pb_accountant.samplers not present")
@@ -419,3 +426,16 @@ def test_poisson_replace_one_agrees_with_pld():
     assert lo <= pess.get_epsilon_for_delta(1e-6) * (1 + 1e-9)
     assert up >= opt.get_epsilon_for_delta(1e-6) * (1 - 1e-9)
     assert up == pytest.approx(pess.get_epsilon_for_delta(1e-6), rel=0.02)
+
+
+def test_results_record_relation_and_sampler_where_the_result_type_has_them():
+    import dataclasses
+    from pb_accountant.results import EpsilonBounds
+    fields = {f.name for f in dataclasses.fields(EpsilonBounds)}
+    if "neighbouring" not in fields:
+        pytest.skip("results do not record the neighbouring relation in this version")
+    b = PrivacyBucketsDpAccountant(R1).compose(de.GaussianDpEvent(2.0)).get_epsilon_bounds(1e-5)
+    assert (b.neighbouring, b.sampler) == ("replace_one", "none")
+    b = PrivacyBucketsDpAccountant(AR).compose(de.ComposedDpEvent(
+        [PG(0.1, G(1.0)), G(3.0)])).get_epsilon_bounds(1e-5)
+    assert (b.neighbouring, b.sampler) == ("add_remove", "none+poisson")
