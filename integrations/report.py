@@ -39,6 +39,9 @@ DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
 #: false-positive rates of the attack-risk table
 DEFAULT_FPR = (1e-3, 1e-2, 0.1)
 _DEFAULT_ASSUMPTIONS = {"sampler": "poisson", "neighbouring": "add_remove"}
+_RELATION_TEXT = {"add_remove": "adding or removing one example",
+                  "replace_one": "replacing one example by another",
+                  "replace_special": "replacing one example by a special (zero) element"}
 
 
 @dataclass
@@ -359,8 +362,8 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
         "clipping norm C and noise standard deviation noise_multiplier x C (DP-SGD); the "
         "training code must implement exactly this (per-example clipping, the stated "
         "sampling).",
-        f"Neighbouring datasets differ by {'adding or removing' if assumptions.get('neighbouring') == 'add_remove' else 'replacing'} "
-        "one example; both directions are bounded.",
+        f"Neighbouring datasets differ by {_RELATION_TEXT.get(assumptions.get('neighbouring'), assumptions.get('neighbouring'))}; "
+        "both directions are bounded.",
         "Attack-risk bounds: the f-DP trade-off curve is bounded from the certified "
         "delta(epsilon) bounds by convex duality (docs/attack-risk.md); they bound the "
         "best test between two neighbouring datasets, i.e. any membership-inference "
