@@ -39,7 +39,7 @@ import numpy as np
 from dp_accounting import dp_event
 from dp_accounting import privacy_accountant
 
-from ._validation import check_delta, check_epsilon, check_epsilons
+from ._validation import check_array, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant, step_pair
 from .composition import canonical_history
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
@@ -256,23 +256,38 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         return tuple(self._history())
 
     def get_epsilon(self, target_delta: float) -> float:
-        """Certified upper bound on epsilon at ``target_delta`` (inf if non-private)."""
+        """Certified upper bound on epsilon at ``target_delta`` in [0, 1] (inf if
+        non-private; 0 at delta = 1, as dp_accounting's accountants answer)."""
         return self.get_epsilon_bounds(target_delta, lower=False).upper
 
     def get_delta(self, target_epsilon: float) -> float:
-        """Certified upper bound on delta at ``target_epsilon`` (1 if non-private)."""
-        target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+        """Certified upper bound on delta at ``target_epsilon`` in [0, inf] (1 if
+        non-private)."""
+        target_epsilon = check_real("target_epsilon", target_epsilon, low=0.0, allow_inf=True)
         return float(self.get_delta_bounds(target_epsilon).upper)
 
     def get_epsilon_bounds(self, target_delta: float, lower: bool = True) -> EpsilonBounds:
-        """Certified lower and upper bounds on epsilon at ``target_delta``."""
-        delta = check_delta(target_delta, "target_delta")
+        """Certified lower and upper bounds on epsilon at ``target_delta`` in [0, 1].
+
+        delta = 1 needs no epsilon (0); delta = 0 has the upper bound inf unless nothing
+        private was composed (the certified round-off floor is positive), and as lower
+        bound the one at the smallest positive delta (epsilon(delta) is non-increasing).
+        """
+        delta = check_real("target_delta", target_delta, low=0.0, high=1.0)
         if self._contains_non_dp_event:
             return self._tagged(EpsilonBounds(delta, math.inf, math.inf, "none", None,
                                               ("a NonPrivateDpEvent was composed: no guarantee",)))
         pairs = self._history()
+        if delta == 1.0 or not pairs:
+            return self._tagged(EpsilonBounds(delta, 0.0, 0.0, "best", None, ()))
         composer = self._pb._composer
         try:
+            if delta == 0.0:
+                low = self.engine().epsilon_lower(_TINY) if lower else 0.0
+                return self._tagged(EpsilonBounds(
+                    0.0, float(low), math.inf, "best", None,
+                    ("delta = 0: no finite epsilon can be certified (the certified "
+                     "round-off floor of delta is positive)",)))
             if lower:
                 return self._tagged(adaptive_epsilon_bounds(composer, pairs, delta))
             engine = PrivacyBuckets(composer.compose(pairs, delta, ("split",)), delta)
@@ -283,14 +298,22 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return self._tagged(EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,)))
 
     def get_delta_bounds(self, target_epsilon) -> DeltaBounds:
-        """Certified bounds on delta at one epsilon or an array of them."""
-        eps = check_epsilons(target_epsilon)
+        """Certified bounds on delta at one epsilon in [0, inf] or an array of them
+        (at eps = inf: delta_up at eps = 1e6, which is >= delta(inf); lower bound 0)."""
+        scalar = np.ndim(target_epsilon) == 0
+        eps = check_array("target_epsilon", np.atleast_1d(target_epsilon), low=0.0,
+                          allow_inf=True)
         if self._contains_non_dp_event:
-            one = np.ones_like(np.asarray(eps, dtype=float))
-            if np.ndim(eps) == 0:
-                return self._tagged(DeltaBounds(eps, 1.0, 1.0, "none", None, ("non-private event",)))
-            return self._tagged(DeltaBounds(eps, one, one, "none", None, ("non-private event",)))
-        return self._tagged(self.engine().delta_bounds(eps))
+            one = np.ones_like(eps)
+            return self._tagged(_delta_result(eps, one, one, scalar, ("non-private event",)))
+        if not self._history():
+            zero = np.zeros_like(eps)
+            return self._tagged(_delta_result(eps, zero, zero, scalar, ()))
+        infinite = np.isinf(eps)
+        db = self.engine().delta_bounds(np.where(infinite, _LARGE_EPSILON, eps))
+        lo = np.where(infinite, 0.0, np.atleast_1d(db.lower))
+        up = np.atleast_1d(db.upper)
+        return self._tagged(_delta_result(eps, lo, up, scalar, tuple(db.notes), db.grid))
 
     def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
         """The engine's bounds object for the composed history (both bounds)."""
@@ -304,6 +327,18 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         if self._contains_non_dp_event:
             return trivial_tradeoff(fpr, note="a NonPrivateDpEvent was composed: no guarantee")
         return tradeoff_bounds(self.engine(), fpr, **kwargs)
+
+
+#: smallest positive double: the lower bound at delta = 0 is the one at this delta
+_TINY = 5e-324
+#: where delta(inf) is bounded from above (delta is non-increasing)
+_LARGE_EPSILON = 1e6
+
+
+def _delta_result(eps, lo, up, scalar, notes, grid=None) -> DeltaBounds:
+    if scalar:
+        return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]), "best", grid, notes)
+    return DeltaBounds(eps, lo, up, "best", grid, notes)
 
 
 def _is_real(x) -> bool:

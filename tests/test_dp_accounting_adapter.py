@@ -94,12 +94,17 @@ def test_constructor_and_query_validation():
     with pytest.raises(ValueError, match="unknown option"):
         PrivacyBucketsDpAccountant(AR, not_an_option=1)
     acc = PrivacyBucketsDpAccountant(AR).compose(de.GaussianDpEvent(1.0))
-    with pytest.raises(ValueError, match="target_delta"):
-        acc.get_epsilon(0.0)
-    with pytest.raises(ValueError, match="target_delta"):
-        acc.get_epsilon(1.5)
-    with pytest.raises(ValueError, match="target_epsilon"):
-        acc.get_delta(-1.0)
+    for bad in (-0.1, 1.5, float("nan"), "0.1"):
+        with pytest.raises(ValueError, match="target_delta"):
+            acc.get_epsilon(bad)
+    for bad in (-1.0, float("nan"), "1"):
+        with pytest.raises(ValueError, match="target_epsilon"):
+            acc.get_delta(bad)
+    # the ends dp_accounting's accountants accept
+    assert acc.get_epsilon(1.0) == 0.0
+    assert acc.get_epsilon(0.0) == math.inf
+    assert 0.0 < acc.get_epsilon_bounds(0.0).lower
+    assert acc.get_delta(float("inf")) <= 1e-12
 
 
 def test_empty_accountant_and_noop():
@@ -193,6 +198,38 @@ def test_calibrate_dp_mechanism():
         2.0, 1e-6, dpa.LowerEndpointAndGuess(0.1, 1.0), tol=1e-3)
     assert PrivacyBucketsDpAccountant(AR).compose(de.SelfComposedDpEvent(
         de.PoissonSampledDpEvent(0.1, de.LaplaceDpEvent(scale)), 20)).get_epsilon(1e-6) <= 2.0
+
+
+# dp_accounting's own abstract contract test, run on the adapter (its test_unsupported,
+# test_no_events, test_no_op, test_non_private)
+from dp_accounting import privacy_accountant_test  # noqa: E402
+
+
+class TestDpAccountingContract(privacy_accountant_test.PrivacyAccountantTest):
+
+    def _make_test_accountants(self):
+        return [PrivacyBucketsDpAccountant(AR), PrivacyBucketsDpAccountant(R1),
+                PrivacyBucketsDpAccountant(AR, factor=1.01, number_of_buckets=500)]
+
+
+def test_zero_sampling_probability_and_single_bucket():
+    acc = PrivacyBucketsDpAccountant(AR)
+    for event in (PG(0, G(1)), PG(0, L(1)), PG(0, G(0)), PG(0, L(0))):
+        acc.compose(event)
+    assert acc.get_delta(0) == 0 and acc.get_epsilon(0) == 0
+    rr = PrivacyBucketsDpAccountant(R1).compose(de.RandomizedResponseDpEvent(0.0, 1))
+    assert rr.get_delta(0) == 0 and rr.get_epsilon(0) == 0
+    rr0 = PrivacyBucketsDpAccountant(R1).compose(de.RandomizedResponseDpEvent(0.0, 3))
+    assert rr0.get_delta(1.0) == 1 and rr0.get_epsilon(0.01) == math.inf
+    for event in (G(0), L(0)):
+        a = PrivacyBucketsDpAccountant(AR).compose(event)
+        assert a.get_delta(1.0) == 1 and a.get_epsilon(0.01) == math.inf
+
+
+def test_non_positive_count_is_refused():
+    for count in (0, -1):
+        with pytest.raises(ValueError):
+            PrivacyBucketsDpAccountant(AR).compose(G(1.0), count)
 
 
 # -- agreement with dp_accounting's PLD accountant ---------------------------------
