@@ -3,7 +3,8 @@
     from pb_accountant.integrations.report import privacy_report
     report = privacy_report(accountant, "privacy")       # privacy.md, privacy.json, privacy.png
 
-``source`` is a :class:`pb_accountant.PrivacyBucketsAccountant`, a saved ``state_dict``
+``source`` is a :class:`pb_accountant.PrivacyBucketsAccountant` (or the dp_accounting
+adapter ``PrivacyBucketsDpAccountant``), a saved ``state_dict``
 (a mapping, or a JSON file holding one, e.g. ``BudgetTracker.state_dict()["accountant"]``)
 or a tracker log (the JSON lines :class:`~pb_accountant.integrations.JSONLinesSink`
 writes).  The report holds the mechanism, sampler and neighbouring relation, the
@@ -134,6 +135,8 @@ def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
     from pb_accountant import PrivacyBucketsAccountant
     if isinstance(source, PrivacyBucketsAccountant):
         return source, {"kind": "accountant"}, []
+    if _is_dp_accounting_adapter(source):
+        return source, {"kind": "dp_accounting_adapter"}, []
     if isinstance(source, Mapping):
         return _accountant_from_state(source), {"kind": "state_dict"}, []
     if isinstance(source, (str, os.PathLike)):
@@ -193,6 +196,27 @@ def _options(acc) -> Dict[str, Any]:
     return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
 
 
+def _is_dp_accounting_adapter(acc) -> bool:
+    return type(acc).__name__ == "PrivacyBucketsDpAccountant" and hasattr(acc, "ledger")
+
+
+def _event_summary(acc) -> Dict[str, Any]:
+    """The adapter's ledger (the composed DpEvent) and its pairs."""
+    pairs = acc.history
+    text = str(acc.ledger)
+    return {"segments": len(pairs), "steps": int(sum(c for _, c in pairs)),
+            "events": text if len(text) <= 2000 else text[:1997] + "...",
+            "pairs": [{"pair": repr(p), "count": int(c)} for p, c in pairs[:50]]}
+
+
+def _adapter_assumptions(acc) -> Dict[str, Any]:
+    samplers = sorted(getattr(acc, "_samplers", ()) or ())
+    rel = getattr(acc.neighboring_relation, "name", str(acc.neighboring_relation))
+    return {"sampler": "+".join(samplers) or "none",
+            "neighbouring": {"ADD_OR_REMOVE_ONE": "add_remove",
+                             "REPLACE_ONE": "replace_one"}.get(rel, rel)}
+
+
 def _history_summary(history) -> Dict[str, Any]:
     hist = [(float(s), float(q), int(t)) for s, q, t in history]
     active = [h for h in hist if h[2] > 0]
@@ -222,6 +246,16 @@ def _fmt(x, up=True, sig=4) -> str:
     return f"{v:.{sig}g}"
 
 
+def _training_line(h: Dict[str, Any]) -> str:
+    if "events" in h:
+        return (f"- **Training:** the dp_accounting event {h['events']} "
+                f"({h['segments']} composed mechanism segment(s))")
+    return (f"- **Training:** {h['steps']} steps in {h['segments']} segment(s); noise "
+            f"multiplier {_fmt(h['noise_multiplier']['min'], False)}"
+            f"–{_fmt(h['noise_multiplier']['max'])}, sample rate "
+            f"{_fmt(h['sample_rate']['min'], False)}–{_fmt(h['sample_rate']['max'])}")
+
+
 def _markdown(data: Dict[str, Any]) -> str:
     h = data["history"]
     a = data["assumptions"]
@@ -229,10 +263,7 @@ def _markdown(data: Dict[str, Any]) -> str:
              f"- **Mechanism:** {data['mechanism']}",
              f"- **Sampler:** {a.get('sampler')}; **neighbouring relation:** "
              f"{a.get('neighbouring')}",
-             f"- **Training:** {h['steps']} steps in {h['segments']} segment(s); noise "
-             f"multiplier {_fmt(h['noise_multiplier']['min'], False)}"
-             f"–{_fmt(h['noise_multiplier']['max'])}, sample rate "
-             f"{_fmt(h['sample_rate']['min'], False)}–{_fmt(h['sample_rate']['max'])}",
+             _training_line(h),
              f"- **Accountant:** pb-accountant {data['version']} (privacy buckets, certified "
              f"upper and lower bounds)", "",
              "### Certified (epsilon, delta)", "",
@@ -325,8 +356,8 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
         if d not in deltas:
             deltas.append(d)
     deltas = sorted(set(deltas), reverse=True)
-    history = acc.history
-    summary = _history_summary(history)
+    adapter = _is_dp_accounting_adapter(acc)
+    summary = _event_summary(acc) if adapter else _history_summary(acc.history)
     rows = []
     for d in deltas:
         b = acc.get_epsilon_bounds(d)
@@ -349,19 +380,22 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
             "gdp_mu": {"lower": _num(tb.mu_lower), "upper": _num(tb.mu_upper),
                        "alpha_min": tb.mu_alpha_min}}
     notes = notes + [n for n in tb.notes if n not in notes]
-    assumptions = _assumptions(acc)
+    assumptions = _adapter_assumptions(acc) if adapter else _assumptions(acc)
     steps = summary["steps"]
     if title is None:
-        title = f"DP-SGD, {steps} steps"
+        title = f"DP-SGD, {steps} steps" if not adapter else "dp_accounting events"
     assumed = [
         "Bounds are certified by privacy buckets (Meiser & Mohammadi, \"Tight on "
         "Budget?\"): the upper bounds are provably at least, the lower bounds provably at "
         "most, the true values, floating-point error included (docs/method.md, "
         "docs/floating-point.md).",
-        f"Each step is the {assumptions.get('sampler')}-sampled Gaussian mechanism with "
-        "clipping norm C and noise standard deviation noise_multiplier x C (DP-SGD); the "
-        "training code must implement exactly this (per-example clipping, the stated "
-        "sampling).",
+        (f"Each step is the {assumptions.get('sampler')}-sampled Gaussian mechanism with "
+         "clipping norm C and noise standard deviation noise_multiplier x C (DP-SGD); the "
+         "training code must implement exactly this (per-example clipping, the stated "
+         "sampling)." if not adapter else
+         "The composed dp_accounting DpEvents describe the mechanism exactly (each event "
+         "as dp_accounting documents it; pb_accountant.dp_accounting_adapter maps it to "
+         "its worst-case pair)."),
         f"Neighbouring datasets differ by {_RELATION_TEXT.get(assumptions.get('neighbouring'), assumptions.get('neighbouring'))}; "
         "both directions are bounded.",
         "Attack-risk bounds: the f-DP trade-off curve is bounded from the certified "
@@ -376,9 +410,10 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
         "generator": "pb_accountant.integrations.report",
         "version": __version__,
         "source": {k: v for k, v in source_info.items() if k != "last_record"},
-        "mechanism": "Poisson-subsampled Gaussian (DP-SGD)"
-        if assumptions.get("sampler") == "poisson" else
-        f"{assumptions.get('sampler')}-sampled Gaussian (DP-SGD)",
+        "mechanism": ("composed dp_accounting DpEvents" if adapter else
+                      "Poisson-subsampled Gaussian (DP-SGD)"
+                      if assumptions.get("sampler") == "poisson" else
+                      f"{assumptions.get('sampler')}-sampled Gaussian (DP-SGD)"),
         "assumptions": assumptions,
         "history": summary,
         "epsilon": rows,
@@ -389,7 +424,7 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
         "notes": list(dict.fromkeys(notes)),
         "plot": None,
     }
-    curve = acc.get_privacy_curve(num=120)
+    curve = acc.engine().curve(num=120) if adapter else acc.get_privacy_curve(num=120)
     return data, curve, tb
 
 

@@ -254,3 +254,18 @@ def test_readme_attack_risk_example_runs(capsys, tmp_path, monkeypatch):
     assert "## Differential privacy" in out
     lo, up = namespace["accountant"].get_tpr_bounds(0.01)
     assert 0.01 < lo <= up < 0.05
+
+
+def test_report_from_the_dp_accounting_adapter():
+    dpa = pytest.importorskip("dp_accounting")
+    from dp_accounting import dp_event as de
+    from pb_accountant.dp_accounting_adapter import PrivacyBucketsDpAccountant
+    acc = PrivacyBucketsDpAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE).compose(
+        de.SelfComposedDpEvent(de.PoissonSampledDpEvent(0.05, de.LaplaceDpEvent(2.0)), 20))
+    rep = privacy_report(acc, deltas=(1e-5,))
+    assert rep.data["source"] == {"kind": "dp_accounting_adapter"}
+    assert rep.data["assumptions"]["neighbouring"] == "add_remove"
+    assert rep.data["history"]["steps"] == 20
+    b = acc.get_epsilon_bounds(1e-5)
+    assert (rep.data["epsilon"][0]["lower"], rep.data["epsilon"][0]["upper"]) == (b.lower, b.upper)
+    assert "LaplaceDpEvent" in rep.markdown
