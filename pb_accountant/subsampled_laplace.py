@@ -7,8 +7,8 @@ L_- = log(1 - q + q e^{-1/b}) for x <= 0, constant L_+ = log(1 - q + q e^{1/b}) 
 x >= 1 (two atoms), and increasing on (0, 1), where each loss interval is an
 x-interval with end points x(t) = (b log((e^t - (1-q)) / q) + 1) / 2.  The masses are
 closed-form Laplace interval masses (exp/expm1 on the side of the mean), as for
-:class:`pb_accountant.mechanisms.Laplace`, with the same relative error allowance
-(docs/floating-point.md).  This is the pair dp_accounting's ``LaplacePrivacyLoss``
+:class:`pb_accountant.mechanisms.Laplace`, with the same relative error allowance, plus
+the mass within the end points' own round-off of each end point (docs/floating-point.md).  This is the pair dp_accounting's ``LaplacePrivacyLoss``
 with ``sampling_prob`` describes for the ADD_OR_REMOVE_ONE relation.
 """
 from __future__ import annotations
@@ -83,23 +83,50 @@ class SubsampledLaplace(MechanismPair):
         """L_+: the loss of every outcome x >= 1."""
         return self._mixed_loss(1.0 / self.noise_multiplier)
 
-    def _x_of_loss(self, t):
-        """x(t) on (0, 1): the outcome whose loss is t (clipped to [0, 1])."""
-        b = self.noise_multiplier
+    def _inner(self, t):
+        """log((e^t - (1-q)) / q) as log1p(expm1(t) / q) (no subtraction of log q), and
+        for t > 30, where expm1(t) / q could overflow, t - log q + log1p((q-1) e^{-t});
+        -inf at and below log(1 - q)."""
         q = self.sample_rate
         t = np.asarray(t, dtype=float)
         if q == 1.0:
-            ell = t
-        else:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                big = t > 0.0
-                inner = np.where(big, t + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 0.0))),
-                                 np.log(np.maximum(np.expm1(np.where(big, 0.0, t)) + q, 0.0)))
-                ell = inner - math.log(q)
-            ell = np.where(t <= math.log1p(-q), -np.inf, ell)
+            return t
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            big = t > 30.0
+            y = np.maximum(np.expm1(np.where(big, 0.0, t)) / q, -1.0)
+            out = np.where(big, t - math.log(q) + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 30.0))),
+                           np.log1p(y))
+        return np.where(t <= math.log1p(-q), -np.inf, out)
+
+    def _x_of_loss(self, t):
+        """x(t) on (0, 1): the outcome whose loss is t (clipped to [0, 1])."""
+        ell = self._inner(t)
         with np.errstate(invalid="ignore", over="ignore"):
-            x = (b * ell + 1.0) / 2.0
+            x = (self.noise_multiplier * ell + 1.0) / 2.0
         return np.clip(np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+
+    def _x_error(self, t):
+        """Bound on |x(t) computed - x(t)| (before clipping, which only moves it closer):
+        each step of ``_inner`` with exp/expm1/log/log1p good to one ulp and 2u of room
+        per step (as for SubsampledGaussian's end points, docs/floating-point.md)."""
+        u = _U
+        b = self.noise_multiplier
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            inner = self._inner(t)
+            ainner = np.abs(np.where(np.isfinite(inner), inner, 0.0))
+            if q == 1.0:
+                dinner = 0.0 * ainner
+            else:
+                big = t > 30.0
+                y = np.expm1(np.where(big, 0.0, t)) / q
+                d_small = 3.03 * u * np.abs(y) / np.maximum(1.0 + y, 1e-300) + 2.0 * u * ainner
+                d_big = 4.0 * u * (np.abs(t) + abs(math.log(q)) + 1.0)
+                dinner = np.where(big, d_big, d_small)
+            dx = (b * (dinner + 2.0 * u * ainner) + 2.0 * u * (b * ainner + 1.0)) / 2.0 * 1.01
+        # an end point whose loss is at or below log(1 - q) is exactly 0 (clipped)
+        return np.where(np.isfinite(inner) & np.isfinite(dx), dx, 0.0)
 
     # -- the MechanismPair interface --------------------------------------------------
     def _atoms(self):
@@ -120,6 +147,7 @@ class SubsampledLaplace(MechanismPair):
     def _continuous_with_error(self, t):
         scale, q = self.noise_multiplier, self.sample_rate
         x = self._x_of_loss(t)
+        dx = np.concatenate(([0.0], np.minimum(self._x_error(t), 1.0), [0.0]))
         x = np.concatenate(([0.0], x, [1.0]))
         x = np.maximum.accumulate(x)   # guards against rounding making it non-monotone
         # open interval (0, 1): the end atoms are counted in _atoms
@@ -127,7 +155,11 @@ class SubsampledLaplace(MechanismPair):
         a1 = _laplace_mass(x[:-1], x[1:], 1.0, scale)
         a = (1.0 - q) * bm + q * a1
         rel = self.mass_relative_error
-        return a, bm, rel * a + 4 * _U * a, rel * bm
+        # events within an end point's error may belong to the neighbouring bucket: their
+        # mass (both densities are at most 1 / (2 scale)) joins each bucket's error
+        m = 2.0 * dx / (2.0 * scale) * 1.001
+        edge = m[:-1] + m[1:]
+        return a, bm, rel * a + 4 * _U * a + edge, rel * bm + edge
 
     def _loss_range(self, tail):
         return self.loss_low, self.loss_high
