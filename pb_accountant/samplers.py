@@ -102,8 +102,8 @@ def check_assumptions(sampler="poisson", neighbouring="add_remove", dataset_size
             raise ValueError(
                 "sampler='shuffle' with neighbouring='add_remove' is not supported: adding "
                 "an element shifts the permutation and changes every later batch; use "
-                "neighbouring='replace_special' (zeroing-out, the relation Chua et al. "
-                "2024 use) or 'replace_one'")
+                "neighbouring='replace_special' (x replaced by a zero contribution: Chua "
+                "et al. 2024's one-batch shift by 1) or 'replace_one'")
     return Assumptions(sampler, neighbouring, n, b)
 
 
@@ -331,9 +331,15 @@ def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int,
     epochs whose sigma varies are left out (dropping outputs is post-processing too).
     """
     sens = 2 if neighbouring == "replace_one" else 1
-    return tuple((noise(sigma).max_of_batches(steps_per_epoch, sens), count)
-                 for sigma, full, count in epochs(history, steps_per_epoch)
-                 if full and sigma > 0.0)
+    out = []
+    for sigma, full, count in epochs(history, steps_per_epoch):
+        if not full or sigma == 0.0:
+            continue
+        try:
+            out.append((noise(sigma).max_of_batches(steps_per_epoch, sens), count))
+        except FloatingPointError:
+            continue          # masses not representable: leave these epochs out
+    return tuple(out)
 
 
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
@@ -352,7 +358,12 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
         lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
         rel = max((p.relative_error for p, _ in lower), default=0.0)
         count = sum(c for _, c in lower)
-        return SampledPairs(upper, lower, rel, count, (SHUFFLE_NOTE,))
+        total = sum(c for _, c in upper)
+        notes = (SHUFFLE_NOTE,)
+        if count < total:
+            notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
+                      "and epochs whose noise varies are left out)",)
+        return SampledPairs(upper, lower, rel, count, notes)
     fraction = a.batch_fraction if a.sampler == "fixed_size" else None
     if a.sampler == "fixed_size" and fraction is None:
         notes = ("fixed_size: the batch fraction b/n is taken from the history's "
