@@ -33,7 +33,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._validation import check_choice, check_count
+from ._validation import MIN_NOISE, check_choice, check_count
 from .composition import Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussian
@@ -139,6 +139,10 @@ class GaussianNoise:
     def _point(self) -> "IntegerNoise":
         return IntegerNoise((1.0,), 0)
 
+    def resolves(self, shift: float) -> bool:
+        """Whether the closed forms handle sigma / shift (>= MIN_NOISE, or sigma = 0)."""
+        return self.sigma == 0.0 or self.sigma / shift >= MIN_NOISE
+
     def subsampled(self, q: float, shift: float) -> MechanismPair:
         """A = (1-q) N(0) + q N(shift), B = N(0)."""
         if self.sigma == 0.0:
@@ -174,6 +178,9 @@ class IntegerNoise:
 
     pmf: Tuple[float, ...]
     offset: int = 0
+
+    def resolves(self, shift) -> bool:
+        return True
 
     def _mixture(self, comps):
         out = {}
@@ -254,6 +261,10 @@ def step_pairs(noise, q: float, sampler: str, neighbouring: str
         pair = noise.symmetric(q) if neighbouring == "replace_one" else noise.subsampled(q, 1)
         return pair, pair
     if sampler == "fixed_size":
+        if not noise.resolves(2):
+            # sigma / 2 below the closed forms' range: the noiseless pair is an upper
+            # bound (noise is post-processing), the shift-1 pair a realised lower one
+            return IntegerNoise((1.0,)).subsampled(q, 2), noise.subsampled(q, 1)
         upper = noise.subsampled(q, 2)
         if neighbouring == "replace_special":
             return upper, noise.subsampled(q, 1)
