@@ -332,7 +332,12 @@ class PrivacyBucketsAccountant:
         try:
             if sp.lower is None:
                 pairs = list(sp.upper)
-                if lower:
+                if lower and sp.symmetric:
+                    # self-mirrored pairs: the B||A groups repeat the A||B ones
+                    engine = PrivacyBuckets(self._composer.compose(
+                        pairs, delta, ("split", "grouped-ab")), delta)
+                    result = engine.epsilon_bounds(delta)
+                elif lower:
                     result = adaptive_epsilon_bounds(self._composer, pairs, delta)
                 else:
                     engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)

@@ -122,6 +122,8 @@ class SampledPairs:
     lower_relative_error: float = 0.0
     lower_count: int = 0
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: every pair is its own mirror (B||A has the A||B curve): one lower direction suffices
+    symmetric: bool = False
 
 
 # -- base noise: the pairs are generic over it -------------------------------------------
@@ -392,7 +394,9 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     if a.sampler == "fixed_size" and a.neighbouring == "replace_special":
         notes += ("fixed_size under replace_special: upper bound from the replace_one "
                   "pair, lower bound from the zero-contribution pair",)
-    return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes)
+    symmetric = bool(upper) and all(isinstance(p, SymmetricSubsampledGaussian) for p, _ in upper)
+    return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes,
+                        symmetric)
 
 
 # -- bounds from SampledPairs (the accountant wraps these) -------------------------------
