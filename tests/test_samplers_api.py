@@ -394,3 +394,29 @@ def test_extreme_noise_gives_valid_bounds_never_nan(kw, sigma):
         assert b.upper == math.inf
     if sigma == 1e12:
         assert b.upper < 1e-6
+
+
+def test_threads_get_the_single_threaded_bits_for_every_sampler():
+    import threading
+    configs = [dict(neighbouring="replace_one"),
+               dict(sampler="fixed_size", neighbouring="add_remove", dataset_size=100,
+                    batch_size=10),
+               dict(sampler="shuffle", neighbouring="replace_special", dataset_size=100,
+                    batch_size=10)]
+    for kw in configs:
+        reference = PrivacyBucketsAccountant(**kw)
+        reference.history = [(1.2, 0.1, 45)]
+        expected = reference.get_epsilon_bounds(1e-5)
+        shared = PrivacyBucketsAccountant(**kw)
+        shared.history = [(1.2, 0.1, 45)]
+        answers = []
+
+        def ask():
+            answers.append(shared.get_epsilon_bounds(1e-5))
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == [expected] * 4
