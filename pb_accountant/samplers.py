@@ -1,0 +1,470 @@
+"""Samplers and neighbouring relations: the pairs each one composes (pure functions).
+
+The accountant's history stays Opacus's ``(noise_multiplier, sample_rate, num_steps)``;
+what a sampler needs besides (``dataset_size`` n, ``batch_size`` b) are constructor
+arguments.  :func:`sampled_pairs` turns a history into the pairs whose composition
+bounds the run: one list for the certified upper bound and, where the upper pair is not
+also a realisable worst case, another for the certified lower bound.  Units: every
+per-example contribution is clipped to norm 1 (Opacus's C), the noise has standard
+deviation sigma.  docs/method.md, "Samplers and neighbouring relations", gives the
+arguments.
+
+=============  ============  ===============================================  =========
+sampler        relation      pair per step (or per epoch)                     bracket
+=============  ============  ===============================================  =========
+poisson        add_remove    (1-q) N(0) + q N(1)  vs  N(0), both directions   tight
+poisson        replace_spec  the same (the special element contributes 0)     tight
+poisson        replace_one   (1-q) N(0) + q N(1)  vs  (1-q) N(0) + q N(-1)    tight
+fixed_size     add_remove    (1-g) N(0) + g N(2)  vs  N(0), g = b/n            tight
+fixed_size     replace_one   the same (Zhu et al. 2022; Balle et al. 2018)    tight
+fixed_size     replace_spec  upper: replace_one's; lower: (1-g)N(0)+gN(1)     bracket
+shuffle        replace_one   upper: N(2) vs N(0) per epoch; lower: max stat   bracket
+shuffle        replace_spec  upper: N(1) vs N(0) per epoch; lower: max stat   bracket
+shuffle        add_remove    not defined (adding an element shifts the        ValueError
+                             permutation's batches)
+=============  ============  ===============================================  =========
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._validation import MIN_NOISE, check_choice, check_count
+from .composition import Composer
+from .engine import PrivacyBuckets, adaptive_epsilon_bounds
+from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussian
+from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
+
+__all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
+           "sampled_pairs", "step_pairs", "shuffle_upper_pairs", "shuffle_lower_pairs",
+           "epochs", "available_samplers", "SHUFFLE_NOTE", "GaussianNoise", "IntegerNoise",
+           "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
+           "bracket_lower_delta", "delta_bounds"]
+
+SAMPLERS = ("poisson", "fixed_size", "shuffle")
+NEIGHBOURING = ("add_remove", "replace_one", "replace_special")
+
+SHUFFLE_NOTE = ("upper bound without amplification by shuffling; lower bound from the "
+                "max-of-batches statistic (Chua et al. 2024)")
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What a bound assumes: the sampler, the neighbouring relation and the sizes."""
+
+    sampler: str = "poisson"
+    neighbouring: str = "add_remove"
+    dataset_size: Optional[int] = None
+    batch_size: Optional[int] = None
+
+    def as_dict(self) -> dict:
+        return {"sampler": self.sampler, "neighbouring": self.neighbouring,
+                "dataset_size": self.dataset_size, "batch_size": self.batch_size}
+
+    @property
+    def batches_per_epoch(self) -> Optional[int]:
+        """ceil(n / b): a DataLoader with drop_last=False (PyTorch's default)."""
+        if self.dataset_size is None or self.batch_size is None:
+            return None
+        return -(-self.dataset_size // self.batch_size)
+
+    @property
+    def batch_fraction(self) -> Optional[float]:
+        """b / n, the probability that one example is in a fixed-size batch."""
+        if self.dataset_size is None or self.batch_size is None:
+            return None
+        return self.batch_size / self.dataset_size
+
+
+def check_assumptions(sampler="poisson", neighbouring="add_remove", dataset_size=None,
+                      batch_size=None) -> Assumptions:
+    """Validated :class:`Assumptions` (ValueError naming the parameter and the range)."""
+    sampler = check_choice("sampler", sampler, SAMPLERS)
+    neighbouring = check_choice("neighbouring", neighbouring, NEIGHBOURING)
+    n = None if dataset_size is None else check_count("dataset_size", dataset_size, minimum=1)
+    b = None if batch_size is None else check_count("batch_size", batch_size, minimum=1)
+    if n is not None and b is not None and b > n:
+        raise ValueError(f"batch_size must be an integer >= 1 and <= dataset_size={n}, "
+                         f"got {batch_size!r}")
+    if (n is None) != (b is None) and sampler != "poisson":
+        raise ValueError(f"sampler={sampler!r} needs both dataset_size and batch_size or "
+                         f"neither, got dataset_size={dataset_size!r}, batch_size={batch_size!r}")
+    if sampler == "shuffle":
+        if n is None:
+            raise ValueError("sampler='shuffle' needs dataset_size and batch_size (an integer "
+                             ">= 1 each, batch_size <= dataset_size): they fix the batches "
+                             "per epoch, got dataset_size=None, batch_size=None")
+        if neighbouring == "add_remove":
+            raise ValueError(
+                "sampler='shuffle' with neighbouring='add_remove' is not supported: adding "
+                "an element shifts the permutation and changes every later batch; use "
+                "neighbouring='replace_special' (x replaced by a zero contribution: Chua "
+                "et al. 2024's one-batch shift by 1) or 'replace_one'")
+    return Assumptions(sampler, neighbouring, n, b)
+
+
+@dataclass(frozen=True)
+class SampledPairs:
+    """The pairs to compose for one history under one set of assumptions.
+
+    ``upper`` certifies the upper bound; ``lower`` (None: the same pairs) the lower
+    bound.  ``lower_relative_error`` bounds the relative error of every mass of every
+    lower pair, ``lower_count`` how many lower pairs are composed (the composed lower
+    bound is corrected for both); ``notes`` say what the bound assumes.
+    """
+
+    upper: Tuple[Tuple[MechanismPair, int], ...]
+    lower: Optional[Tuple[Tuple[MechanismPair, int], ...]] = None
+    lower_relative_error: float = 0.0
+    lower_count: int = 0
+    notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: every pair is its own mirror (B||A has the A||B curve): one lower direction suffices
+    symmetric: bool = False
+
+
+# -- base noise: the pairs are generic over it -------------------------------------------
+
+@dataclass(frozen=True)
+class GaussianNoise:
+    """N(0, sigma^2) added to the sum of contributions clipped to norm 1 (DP-SGD).
+
+    Every method returns the pair in closed form; sigma = 0 is the point mass
+    (:class:`IntegerNoise` with one atom), whose pairs are histograms.
+    """
+
+    sigma: float
+
+    def _point(self) -> "IntegerNoise":
+        return IntegerNoise((1.0,), 0)
+
+    def resolves(self, shift: float) -> bool:
+        """Whether the closed forms handle sigma / shift (>= MIN_NOISE, or sigma = 0)."""
+        return self.sigma == 0.0 or self.sigma / shift >= MIN_NOISE
+
+    def subsampled(self, q: float, shift: float) -> MechanismPair:
+        """A = (1-q) N(0) + q N(shift), B = N(0)."""
+        if self.sigma == 0.0:
+            return self._point().subsampled(q, shift)
+        return SubsampledGaussian(self.sigma / shift, q)     # scaled by 1/shift
+
+    def symmetric(self, q: float) -> MechanismPair:
+        """A = (1-q) N(0) + q N(1), B = (1-q) N(0) + q N(-1)."""
+        if self.sigma == 0.0:
+            return self._point().symmetric(q)
+        return SymmetricSubsampledGaussian(self.sigma, q)
+
+    def shifted(self, shift: float) -> MechanismPair:
+        """A = N(shift), B = N(0)."""
+        if self.sigma == 0.0:
+            return self._point().shifted(shift)
+        return Gaussian(self.sigma, shift)
+
+    def max_of_batches(self, batches: int, shift: float) -> MechanismPair:
+        """The binned max over B batch sums, one of them shifted (Chua et al. 2024)."""
+        if self.sigma == 0.0:
+            return self._point().max_of_batches(batches, shift)
+        return max_of_batches_pair(batches, self.sigma, shift)
+
+
+@dataclass(frozen=True)
+class IntegerNoise:
+    """Integer noise with probabilities ``pmf`` on offset, offset+1, ... (exact pairs).
+
+    The discrete base of the brute-force tests (tests/test_samplers_bruteforce.py): the
+    same pairs as :class:`GaussianNoise`, computed as histograms; shifts are integers.
+    """
+
+    pmf: Tuple[float, ...]
+    offset: int = 0
+
+    def resolves(self, shift) -> bool:
+        return True
+
+    def _mixture(self, comps):
+        out = {}
+        for w, s in comps:
+            for k, p in enumerate(self.pmf):
+                key = k + self.offset + int(s)
+                out[key] = out.get(key, Fraction(0)) + Fraction(w) * Fraction(p)
+        return out
+
+    def _pair(self, a, b) -> MechanismPair:
+        keys = sorted(set(a) | set(b))
+        pa = tuple(float(a.get(k, 0)) for k in keys)
+        pb = tuple(float(b.get(k, 0)) for k in keys)
+        return DiscretePair(pa, pb)
+
+    def subsampled(self, q, shift):
+        return self._pair(self._mixture([(1 - Fraction(q), 0), (Fraction(q), shift)]),
+                          self._mixture([(1, 0)]))
+
+    def symmetric(self, q):
+        return self._pair(self._mixture([(1 - Fraction(q), 0), (Fraction(q), 1)]),
+                          self._mixture([(1 - Fraction(q), 0), (Fraction(q), -1)]))
+
+    def shifted(self, shift):
+        return self._pair(self._mixture([(1, shift)]), self._mixture([(1, 0)]))
+
+    def max_of_batches(self, batches, shift):
+        """Law of the max over B batch sums (exact rationals, then rounded: relative
+        error <= 2^-53 per mass)."""
+        base = self._mixture([(1, 0)])
+        keys = sorted(set(base) | {k + int(shift) for k in base})
+        cdf0, cdf1, acc0, acc1 = {}, {}, Fraction(0), Fraction(0)
+        for k in keys:
+            acc0 += base.get(k, 0)
+            acc1 += base.get(k - int(shift), 0)
+            cdf0[k], cdf1[k] = acc0, acc1
+        a, b, prev_a, prev_b = {}, {}, Fraction(0), Fraction(0)
+        for k in keys:
+            fa = cdf0[k] ** (batches - 1) * cdf1[k]
+            fb = cdf0[k] ** batches
+            a[k], b[k] = fa - prev_a, fb - prev_b
+            prev_a, prev_b = fa, fb
+        pair = self._pair(a, b)
+        return MaxOfBatches(pair.probabilities_a, pair.probabilities_b,
+                            relative_error=2.0 ** -52)
+
+
+def gaussian_noise(sigma: float) -> GaussianNoise:
+    """The production base: Gaussian noise with multiplier ``sigma``."""
+    return GaussianNoise(sigma)
+
+
+NoiseOf = Callable[[float], "GaussianNoise | IntegerNoise"]
+
+
+def step_pairs(noise, q: float, sampler: str, neighbouring: str
+               ) -> Tuple[Optional[MechanismPair], Optional[MechanismPair]]:
+    """(upper pair, lower pair) of one Poisson or fixed-size step; None costs nothing.
+
+    ``q`` is the Poisson rate, or for fixed_size the batch fraction g = b/n.
+
+    * Poisson, add_remove / replace_special: (1-q) N(0) + q N(1) vs N(0) (paper §5.4;
+      the special element contributes 0, so removing x and replacing it by the special
+      element give the same outputs).
+    * Poisson, replace_one: (1-q) N(0) + q N(1) vs (1-q) N(0) + q N(-1), the pair of
+      dp_accounting's REPLACE_ONE (Zhu, Dong, Wang 2022): the rest of the batch is
+      independent of x and the same under both datasets.
+    * fixed_size (any relation): (1-g) N(0) + g N(2) vs N(0), g = b/n (Zhu, Dong, Wang
+      2022, sampling without replacement; Balle, Barthe, Gaboardi 2018): when x is
+      drawn it takes the place of another example y, so the sum moves by x - y, up to
+      2; realised by every other example contributing -1 and x +1 (replace_one: x' =
+      -1; add_remove: x removed), hence tight.  Under replace_special the lower pair is
+      (1-g) N(0) + g N(1) vs N(0) (others contribute 0).
+    """
+    if q == 0.0:
+        return None, None
+    if sampler == "poisson":
+        pair = noise.symmetric(q) if neighbouring == "replace_one" else noise.subsampled(q, 1)
+        return pair, pair
+    if sampler == "fixed_size":
+        if not noise.resolves(2):
+            # sigma / 2 below the closed forms' range: the noiseless pair is an upper
+            # bound (noise is post-processing), the shift-1 pair a realised lower one
+            return IntegerNoise((1.0,)).subsampled(q, 2), noise.subsampled(q, 1)
+        upper = noise.subsampled(q, 2)
+        if neighbouring == "replace_special":
+            return upper, noise.subsampled(q, 1)
+        return upper, upper
+    raise ValueError(f"step_pairs is for 'poisson' and 'fixed_size', got sampler={sampler!r}")
+
+
+def epochs(history: Sequence[Tuple[float, float, int]], steps_per_epoch: int
+           ) -> List[Tuple[float, bool, int]]:
+    """Run-length list of epochs ``(smallest sigma, complete with one sigma, count)``.
+
+    Steps with sample_rate 0 never touch the data and are not batches of the
+    permutation; a trailing partial epoch counts as one (incomplete) epoch.
+    """
+    B = check_count("steps_per_epoch", steps_per_epoch, minimum=1)
+    out: List[Tuple[float, bool, int]] = []
+
+    def add(sig, full, count):
+        if count <= 0:
+            return
+        if out and out[-1][0] == sig and out[-1][1] == full:
+            out[-1] = (sig, full, out[-1][2] + count)
+        else:
+            out.append((sig, full, count))
+
+    cur_min = math.inf          # smallest sigma in the open epoch
+    cur_len = 0                 # steps in the open epoch
+    cur_const = True
+    for sigma, q, count in history:
+        if q == 0.0 or count == 0:
+            continue
+        count = int(count)
+        if cur_len:
+            take = min(count, B - cur_len)
+            cur_const = cur_const and sigma == cur_min
+            cur_min = min(cur_min, sigma)
+            cur_len += take
+            count -= take
+            if cur_len == B:
+                add(cur_min, cur_const, 1)
+                cur_len, cur_min, cur_const = 0, math.inf, True
+        if count >= B:
+            add(sigma, True, count // B)
+            count %= B
+        if count:
+            cur_min, cur_len, cur_const = sigma, count, True
+    if cur_len:
+        add(cur_min, False, 1)
+    return out
+
+
+def shuffle_upper_pairs(history, neighbouring: str, steps_per_epoch: int,
+                        noise: NoiseOf = gaussian_noise) -> Tuple[Tuple[MechanismPair, int], ...]:
+    """One unamplified Gaussian per epoch, at the epoch's smallest sigma.
+
+    In one epoch the differing example is in exactly one batch; revealing the
+    permutation (more information: the divergence can only grow) leaves an adaptive
+    composition in which one step's sum moves by at most the sensitivity, 1 under
+    replace_special (x versus a zero contribution), 2 under replace_one; a partial
+    epoch counts as one.
+    """
+    sens = 2 if neighbouring == "replace_one" else 1
+    return tuple((noise(sigma).shifted(sens), count)
+                 for sigma, _, count in epochs(history, steps_per_epoch))
+
+
+def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int,
+                        noise: NoiseOf = gaussian_noise) -> Tuple[Tuple[MechanismPair, int], ...]:
+    """Chua et al.'s (ICML 2024) max-of-batches pair for every complete one-sigma epoch.
+
+    Realised by: every other example contributes 0 (replace_special) or -1
+    (replace_one, the known baseline subtracted), x contributes +1 (x' = -1); the
+    maximum over the epoch's B batch sums is a post-processing of the run, whatever
+    batch x falls in (the max is symmetric in the batches).  Partial epochs and
+    epochs whose sigma varies are left out (dropping outputs is post-processing too).
+    """
+    sens = 2 if neighbouring == "replace_one" else 1
+    out = []
+    for sigma, full, count in epochs(history, steps_per_epoch):
+        if not full or sigma == 0.0:
+            continue
+        try:
+            out.append((noise(sigma).max_of_batches(steps_per_epoch, sens), count))
+        except FloatingPointError:
+            continue          # masses not representable: leave these epochs out
+    return tuple(out)
+
+
+def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
+                  dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
+                  noise: NoiseOf = gaussian_noise) -> SampledPairs:
+    """The pairs to compose for ``history`` (validated entries) under the assumptions.
+
+    ``noise(sigma)`` gives the base (:class:`GaussianNoise` in production; the tests
+    pass an :class:`IntegerNoise`).
+    """
+    a = check_assumptions(sampler, neighbouring, dataset_size, batch_size)
+    notes: Tuple[str, ...] = ()
+    if a.sampler == "shuffle":
+        B = a.batches_per_epoch
+        upper = shuffle_upper_pairs(history, a.neighbouring, B, noise)
+        lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
+        rel = max((p.relative_error for p, _ in lower), default=0.0)
+        count = sum(c for _, c in lower)
+        total = sum(c for _, c in upper)
+        notes = (SHUFFLE_NOTE,)
+        if count < total:
+            notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
+                      "and epochs whose noise varies are left out)",)
+        return SampledPairs(upper, lower, rel, count, notes)
+    fraction = a.batch_fraction if a.sampler == "fixed_size" else None
+    if a.sampler == "fixed_size" and fraction is None:
+        notes = ("fixed_size: the batch fraction b/n is taken from the history's "
+                 "sample_rate (give dataset_size and batch_size to use b/n)",)
+    upper, lower = [], []
+    tight = True
+    for sigma, q, count in history:
+        if not count or q == 0.0:
+            continue
+        up, lo = step_pairs(noise(sigma), fraction if fraction is not None else q,
+                            a.sampler, a.neighbouring)
+        upper.append((up, count))
+        lower.append((lo, count))
+        tight = tight and lo is up
+    if a.sampler == "fixed_size" and a.neighbouring == "replace_special":
+        notes += ("fixed_size under replace_special: upper bound from the replace_one "
+                  "pair, lower bound from the zero-contribution pair",)
+    symmetric = bool(upper) and all(isinstance(p, SymmetricSubsampledGaussian) for p, _ in upper)
+    return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes,
+                        symmetric)
+
+
+# -- bounds from SampledPairs (the accountant wraps these) -------------------------------
+
+def lower_correction(sp: SampledPairs) -> Tuple[float, float]:
+    """(factor, shift) for lower pairs whose masses carry relative error eta, r of them
+    composed: the computed pairs' divergence at eps is at most factor times the exact
+    pairs' divergence at eps - shift, factor = (1+eta)^r, shift = r log((1+eta)/(1-eta))
+    (docs/method.md, "Samplers and neighbouring relations")."""
+    eta, r = sp.lower_relative_error, sp.lower_count
+    if eta == 0.0 or r == 0:
+        return 1.0, 0.0
+    if eta >= 0.5:
+        return math.inf, math.inf
+    factor = math.exp(r * math.log1p(eta)) * (1.0 + 1e-12)
+    shift = r * (math.log1p(eta) - math.log1p(-eta)) * (1.0 + 1e-12)
+    return factor, shift
+
+
+def bracket_lower_epsilon(composer: Composer, sp: SampledPairs, delta: float) -> float:
+    """Certified lower epsilon at ``delta`` from ``sp.lower`` (corrected)."""
+    if not sp.lower:
+        return 0.0
+    factor, shift = lower_correction(sp)
+    target = delta * factor
+    if not target < 1.0:
+        return 0.0
+    low = adaptive_epsilon_bounds(composer, list(sp.lower), target).lower
+    return max(0.0, low - shift)
+
+
+def bracket_lower_delta(composer: Composer, sp: SampledPairs, eps) -> np.ndarray:
+    """Certified lower delta at ``eps`` (array) from ``sp.lower`` (corrected)."""
+    eps = np.asarray(eps, dtype=float)
+    if not sp.lower:
+        return np.zeros(eps.shape)
+    factor, shift = lower_correction(sp)
+    if math.isinf(factor):
+        return np.zeros(eps.shape)
+    engine = PrivacyBuckets(composer.compose(list(sp.lower), None, ("split", "grouped")), None)
+    low = np.asarray(engine.delta_lower(np.atleast_1d(eps) + shift), dtype=float)
+    return low.reshape(eps.shape) / factor
+
+
+def delta_bounds(composer: Composer, sp: SampledPairs, eps) -> Tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) certified delta at the array ``eps`` for ``sp``."""
+    eps = np.atleast_1d(np.asarray(eps, dtype=float))
+    if sp.lower is None:
+        engine = PrivacyBuckets(composer.compose(list(sp.upper), None, ("split", "grouped")),
+                                None)
+        db = engine.delta_bounds(eps)
+        return np.asarray(db.lower), np.asarray(db.upper)
+    up = PrivacyBuckets(composer.compose(list(sp.upper), None, ("split",)), None)
+    upper = np.asarray(up.delta_bounds(eps).upper)
+    return np.minimum(bracket_lower_delta(composer, sp, eps), upper), upper
+
+
+def available_samplers(assumptions: Assumptions) -> List[Assumptions]:
+    """The assumptions under every sampler that the known sizes allow (the accountant's
+    relation; shuffle, undefined under add_remove, under replace_special, which for
+    Poisson gives the same pair as add_remove)."""
+    out = []
+    for s in SAMPLERS:
+        rel = assumptions.neighbouring
+        if s == "shuffle":
+            if assumptions.dataset_size is None:
+                continue
+            if rel == "add_remove":
+                rel = "replace_special"
+        out.append(Assumptions(s, rel, assumptions.dataset_size, assumptions.batch_size))
+    return out
