@@ -144,7 +144,8 @@ class BudgetMonitor:
             bound = None if ahead is None else ahead.upper
             self.stop_reason = (
                 f"stopping: one more step would exceed max_epsilon={self.max_epsilon:g} at "
-                f"delta={self.delta:g}" + ("" if bound is None else f" (eps_upper {bound:.6g})"))
+                f"delta={self.delta:g}" + ("" if bound is None else f" (eps_upper {bound:.6g}")
+                + f"{' (' if bound is None else ', '}{self.guard.assumption_text()})")
             if record is None:
                 record = self._record("stop", step, epoch)
         return record, stop

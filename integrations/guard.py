@@ -50,6 +50,7 @@ from pb_accountant.results import EpsilonBounds
 from ._common import (accumulated_iterations, epsilon_after,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       schedule_in_force, steps_taken)
+from .sampling import accountant_assumptions
 from .sampling import check_sample_rate as warn_on_sample_rate
 
 __all__ = ["BudgetGuard", "BudgetExceededError"]
@@ -175,6 +176,17 @@ class BudgetGuard:
     @property
     def accountant(self) -> Any:
         return resolve_accountant(self._source)
+
+    @property
+    def assumptions(self) -> dict:
+        """The sampler, neighbouring relation and sizes the guarded bounds assume: the
+        guard stops on the certified upper bound *of the accountant's configured
+        sampler* (docs/which-epsilon.md), whatever loader feeds training."""
+        return accountant_assumptions(self.accountant)
+
+    def assumption_text(self) -> str:
+        a = self.assumptions
+        return f"sampler={a['sampler']}, neighbouring={a['neighbouring']}"
 
     # -- the check ---------------------------------------------------------------------
     def _schedule(self, noise_multiplier, sample_rate):
@@ -375,8 +387,8 @@ class BudgetGuard:
         span = ""
         if self.every_n_steps is not None and self.lookahead:
             span = f" (checked {max(k, self.every_n_steps)} steps ahead, every_n_steps)"
-        message = (f"privacy budget exceeded: the next step would take the certified epsilon to "
-                   f"{bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
+        message = (f"privacy budget exceeded: the next step would take the certified epsilon "
+                   f"({self.assumption_text()}) to {bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
                    + span + ("" if steps is None else f" after {steps} steps")
                    + "; the step was not taken")
         if math.isinf(bounds.upper) and bounds.notes:
