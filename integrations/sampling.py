@@ -241,7 +241,9 @@ def _options(accountant: Any) -> Optional[dict]:
 def sibling_accountant(accountant: Any, sampling: LoaderSampling) -> Tuple[Any, str]:
     """(an accountant for the loader's sampler with ``accountant``'s history, or None; why not).
 
-    Only a ``PrivacyBucketsAccountant`` whose class accepts ``sampler=`` (issue 13) and
+    The relation is the accountant's, except that shuffling under add_remove (not
+    defined: adding an example moves every later batch) is accounted under
+    replace_special, whose Poisson pair is add_remove's.  Only a ``PrivacyBucketsAccountant`` whose class accepts ``sampler=`` (issue 13) and
     a loader whose sampler it knows ("shuffle"; "sequential" uses the shuffle
     accountant's upper bound, which assumes no amplification) can be mirrored.
     """
@@ -254,6 +256,10 @@ def sibling_accountant(accountant: Any, sampling: LoaderSampling) -> Tuple[Any, 
         return None, f"{type(accountant).__name__} cannot be configured for another sampler"
     target = "shuffle" if sampling.sampler == "sequential" else sampling.sampler
     relation = accountant_assumptions(accountant)["neighbouring"]
+    if target == "shuffle" and relation == "add_remove":
+        # add/remove is not defined for shuffling (it moves every later batch); its
+        # analogue is replace_special, which for Poisson has add/remove's very pair
+        relation = "replace_special"
     try:
         sibling = type(accountant)(sampler=target, neighbouring=relation,
                                    dataset_size=sampling.dataset_size,
@@ -344,11 +350,13 @@ def _mismatch_message(sampling: LoaderSampling, assumed: dict, implied: Any,
     if implied is not None:
         if sampling.sampler == "sequential":
             body = (f" Fixed batches get no amplification: epsilon <= {implied.upper:.6g} at "
-                    f"delta={delta:g} {when} (one unamplified Gaussian per epoch).")
+                    f"delta={delta:g} {when} (one unamplified Gaussian per epoch, "
+                    f"neighbouring={getattr(implied, 'neighbouring', '?')!r}).")
         else:
             body = (f" For {sampling.sampler} batches epsilon is in "
                     f"[{implied.lower:.6g}, {implied.upper:.6g}] at delta={delta:g} {when} "
-                    f"(certified bracket for sampler={sampling.sampler!r}).")
+                    f"(certified bracket for sampler={sampling.sampler!r}, "
+                    f"neighbouring={getattr(implied, 'neighbouring', '?')!r}).")
     else:
         body = f" The {sampling.sampler} epsilon could not be computed here ({why})." if why else ""
     size = "..." if n is None else str(n)
@@ -358,6 +366,6 @@ def _mismatch_message(sampling: LoaderSampling, assumed: dict, implied: Any,
                        "(the default).")
     fix = (" To match them, sample with Poisson (Opacus make_private(..., "
            "poisson_sampling=True), i.e. a DPDataLoader), or account for the loader with "
-           f"PrivacyBucketsAccountant(sampler=\"shuffle\", dataset_size={size}, "
-           f"batch_size={batch}).")
+           f"PrivacyBucketsAccountant(sampler=\"shuffle\", neighbouring=\"replace_special\", "
+           f"dataset_size={size}, batch_size={batch}).")
     return head + body + fix

@@ -41,7 +41,7 @@ class BudgetRecord:
     seen (None: not seen).  When it differs from ``sampler`` the bounds above are *not*
     certified for that loader: ``loader_eps_lower``/``loader_eps_upper`` then hold the
     bracket computed for the loader's sampler at the same history (None when it could
-    not be computed; docs/which-epsilon.md).
+    not be computed; docs/which-epsilon.md), under ``loader_neighbouring``.
     """
 
     step: int
@@ -58,6 +58,7 @@ class BudgetRecord:
     loader_sampler: Optional[str] = None
     loader_eps_lower: Optional[float] = None
     loader_eps_upper: Optional[float] = None
+    loader_neighbouring: Optional[str] = None
 
     @property
     def certified_for_loader(self) -> Optional[bool]:
@@ -72,7 +73,8 @@ class BudgetRecord:
             text += f"; NOT certified for the {self.loader_sampler} loader feeding training"
             if self.loader_eps_upper is not None:
                 text += (f", which implies epsilon in [{self.loader_eps_lower:.6g}, "
-                         f"{self.loader_eps_upper:.6g}]")
+                         f"{self.loader_eps_upper:.6g}] (sampler={self.loader_sampler}, "
+                         f"neighbouring={self.loader_neighbouring})")
         return text
 
     def as_dict(self) -> dict:

@@ -139,13 +139,14 @@ class BudgetTracker:
                                    notes=(f"the accountant failed: {exc!r}",))
         sigma, q = self._schedule()
         assumed = accountant_assumptions(self.accountant)
-        loader, loader_lower, loader_upper = self._loader_bounds(step, in_loop)
+        loader, loader_lower, loader_upper, relation = self._loader_bounds(step, in_loop)
         rec = BudgetRecord(step=step, epoch=epoch, delta=self.delta,
                            eps_lower=float(bounds.lower), eps_upper=float(bounds.upper),
                            noise_multiplier=sigma, sample_rate=q, event=event,
                            time=time.time(), sampler=str(assumed["sampler"]),
                            neighbouring=str(assumed["neighbouring"]), loader_sampler=loader,
-                           loader_eps_lower=loader_lower, loader_eps_upper=loader_upper)
+                           loader_eps_lower=loader_lower, loader_eps_upper=loader_upper,
+                           loader_neighbouring=relation)
         self.records.append(rec)
         for sink in list(self.sinks):
             try:
@@ -159,20 +160,23 @@ class BudgetTracker:
         loader's sampler at the accountant's current history when they do not match."""
         check = self.loader_check
         if check is None:
-            return None, None, None
+            return None, None, None, None
         if check.match or check.sibling is None:
-            return check.loader_sampler, None, None
+            return check.loader_sampler, None, None, None
+        sibling = check.sibling
+        relation = accountant_assumptions(sibling)["neighbouring"]
         try:
-            sibling = check.sibling
             sibling.history = list(getattr(self.accountant, "history", []) or [])
             bounds = sibling.get_epsilon_bounds(self.delta)
         except Exception as exc:
             if not in_loop:
                 raise
             self._sink_failed(None, exc, step)
-            return check.loader_sampler, 0.0, math.inf
+            return check.loader_sampler, 0.0, math.inf, relation
+        # fixed batches (sequential): the shuffle upper bound assumes no amplification
+        # and holds; its lower bound assumes a random permutation, so 0 is reported
         lower = 0.0 if check.loader_sampler == "sequential" else float(bounds.lower)
-        return check.loader_sampler, lower, float(bounds.upper)
+        return check.loader_sampler, lower, float(bounds.upper), relation
 
     def check_loader(self, data_loader: Any, *, noise_multiplier: Optional[float] = None,
                      sample_rate: Optional[float] = None, stacklevel: int = 2):
