@@ -5,11 +5,12 @@ from .engine import PrivacyBuckets, compose, epsilon_bounds
 from .mechanisms import (DiscretePair, Gaussian, Laplace, MechanismPair, RandomizedResponse,
                          SubsampledGaussian)
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
+from .samplers import NEIGHBOURING, SAMPLERS
 
 __all__ = ["PrivacyBucketsAccountant", "compose", "epsilon_bounds", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
            "Laplace", "RandomizedResponse", "DiscretePair", "EpsilonBounds", "DeltaBounds",
            "PrivacyCurve", "GridInfo", "find_noise_multiplier", "find_steps",
-           "NoiseCalibration", "StepsCalibration"]
+           "NoiseCalibration", "StepsCalibration", "SAMPLERS", "NEIGHBOURING"]
 from ._version import __version__
 
 from . import _opacus_hook as _hook

@@ -25,12 +25,15 @@ from collections import OrderedDict
 from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
+import numpy as np
+
 from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, check_epsilons,
                           check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
+from .samplers import Assumptions, SampledPairs, available_samplers, check_assumptions, sampled_pairs
 
 MECHANISM = "pb"
 
@@ -79,12 +82,15 @@ class PrivacyBucketsAccountant:
     and the options only, never the caches.
     """
 
-    def __init__(self, **options: Any):
+    def __init__(self, sampler: str = "poisson", neighbouring: str = "add_remove",
+                 dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
+                 **options: Any):
         known = [f.name for f in dataclasses.fields(BucketOptions)]
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise ValueError(f"unknown option(s) {unknown!r} for PrivacyBucketsAccountant; "
                              f"the options are {known!r}")
+        self._assumptions = check_assumptions(sampler, neighbouring, dataset_size, batch_size)
         self.options = BucketOptions(**options)
         self._lock = threading.RLock()
         self._history: List[Tuple[float, float, int]] = []
@@ -101,6 +107,22 @@ class PrivacyBucketsAccountant:
         with self._lock:
             self._history = validated
 
+    # -- what the bounds assume (read-only) ----------------------------------------------
+    @property
+    def sampler(self) -> str:
+        """How batches are formed: "poisson", "fixed_size" or "shuffle"."""
+        return self._assumptions.sampler
+
+    @property
+    def neighbouring(self) -> str:
+        """The neighbouring relation: "add_remove", "replace_one" or "replace_special"."""
+        return self._assumptions.neighbouring
+
+    @property
+    def assumptions(self) -> dict:
+        """A new dict: sampler, neighbouring, dataset_size, batch_size."""
+        return self._assumptions.as_dict()
+
     def _snapshot(self) -> List[Tuple[float, float, int]]:
         with self._lock:
             return list(self._history)
@@ -108,9 +130,11 @@ class PrivacyBucketsAccountant:
     # -- pickling and copying: history and options only --------------------------------
     def __getstate__(self):
         with self._lock:
-            return {"history": list(self._history), "options": _options_dict(self.options)}
+            return {"history": list(self._history), "options": _options_dict(self.options),
+                    "assumptions": self._assumptions.as_dict()}
 
     def __setstate__(self, state) -> None:
+        self._assumptions = check_assumptions(**state.get("assumptions", {}))
         self.options = BucketOptions(**state["options"])
         self._lock = threading.RLock()
         self._composer = Composer(self.options)
@@ -164,11 +188,14 @@ class PrivacyBucketsAccountant:
         destination["history"] = self._snapshot()
         destination["mechanism"] = self.mechanism()
         destination["options"] = _options_dict(self.options)
+        destination["assumptions"] = self._assumptions.as_dict()
         return destination
 
     def load_state_dict(self, state_dict: Mapping) -> None:
         """Replace the history (validated first).  A state carrying ``options`` must
-        match this accountant's options; Opacus-style states without them load as is."""
+        match this accountant's options; Opacus-style states without them load as is.
+        A state's ``assumptions`` (sampler, neighbouring, dataset_size, batch_size) must
+        equal this accountant's; a state without them means poisson / add_remove."""
         if state_dict is not None and not isinstance(state_dict, _MappingABC):
             raise ValueError("state_dict must be a mapping with the keys `history` and "
                              f"`mechanism`, got {state_dict!r}")
@@ -186,11 +213,29 @@ class PrivacyBucketsAccountant:
                              f" Privacy Accountant with mechanism {self.mechanism()}")
         if "options" in state_dict.keys():
             self._check_options(state_dict["options"])
+        self._check_assumptions(state_dict.get("assumptions"))
         raw = state_dict["history"]
         if not isinstance(raw, (list, tuple)):
             raise ValueError(f"state_dict['history'] must be a list of (noise_multiplier, "
                              f"sample_rate, num_steps) entries, got {raw!r}")
         self.history = raw             # validated before replacing anything
+
+    def _check_assumptions(self, theirs) -> None:
+        if theirs is None:
+            theirs = {}
+        if not isinstance(theirs, _MappingABC):
+            raise ValueError(f"state_dict['assumptions'] must be a mapping, got {theirs!r}")
+        unknown = sorted(set(theirs) - set(Assumptions().as_dict()))
+        if unknown:
+            raise ValueError(f"state_dict['assumptions'] has unknown key(s) {unknown!r}; "
+                             f"known: {sorted(Assumptions().as_dict())!r}")
+        theirs = check_assumptions(**dict(theirs)).as_dict()
+        for name, value in self._assumptions.as_dict().items():
+            if theirs[name] != value:
+                raise ValueError(
+                    f"state_dict was recorded with {name}={theirs[name]!r}, this accountant "
+                    f"has {name}={value!r}; construct the accountant with "
+                    f"PrivacyBucketsAccountant({name}={theirs[name]!r}, ...) to load it")
 
     def _check_options(self, options) -> None:
         if not isinstance(options, _MappingABC):
@@ -222,14 +267,33 @@ class PrivacyBucketsAccountant:
     def get_delta_bounds(self, epsilon) -> DeltaBounds:
         """Certified bounds on delta at one epsilon or an array of them."""
         epsilon = check_epsilons(epsilon)
-        return self._engine(None, lower=True).delta_bounds(epsilon)
+        return self._delta_bounds(epsilon, self._snapshot(), self._assumptions)
 
     def get_privacy_curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
         """The eps-delta curve with both certified bounds."""
         if epsilons is not None:
             epsilons = check_epsilons(epsilons)
         num = check_count("num", num, minimum=2, maximum=MAX_CURVE_POINTS)
-        return self._engine(None, lower=True).curve(epsilons, num)
+        sp = self._sampled(self._snapshot())
+        if sp.lower is None:
+            return self._engine(None, lower=True).curve(epsilons, num)
+        up = PrivacyBuckets(self._composer.compose(list(sp.upper), None, ("split",)), None)
+        curve = up.curve(epsilons, num)
+        db = self._delta_bounds(curve.epsilons, self._snapshot(), self._assumptions)
+        return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower), np.asarray(db.upper),
+                            "best", curve.grid, db.notes)
+
+    def get_epsilon_bounds_by_sampler(self, delta: float) -> "dict[str, EpsilonBounds]":
+        """Bounds at ``delta`` for this history under every sampler the known sizes
+        allow (sampler -> EpsilonBounds; each result names its sampler and relation).
+
+        Shuffle, undefined under add_remove, is given under replace_special (for
+        Poisson, add_remove and replace_special have the same pair).
+        """
+        delta = check_delta(delta)
+        history = self._snapshot()
+        return {a.sampler: self._bounds(delta, lower=True, history=history, assumptions=a)
+                for a in available_samplers(self._assumptions)}
 
     def epsilon_after(self, delta: float, *, noise_multiplier: float, sample_rate: float,
                       num_steps: int = 1, lower: bool = False) -> EpsilonBounds:
@@ -244,27 +308,42 @@ class PrivacyBucketsAccountant:
         return self._bounds(delta, lower=lower, history=history)
 
     # -- internals ------------------------------------------------------------------------
+    def _sampled(self, history, assumptions: Optional[Assumptions] = None) -> SampledPairs:
+        """The pairs of ``history`` under the assumptions (samplers.sampled_pairs)."""
+        a = self._assumptions if assumptions is None else assumptions
+        return sampled_pairs(_validated_history(history), **a.as_dict())
+
     def _pairs(self, history) -> List[Tuple[MechanismPair, int]]:
-        out = []
-        for sigma, q, count in _validated_history(history):
-            pair = step_pair(sigma, q)
-            if pair is not None and count:
-                out.append((pair, count))
-        return out
+        """The pairs whose composition certifies the upper bound."""
+        return list(self._sampled(history).upper)
 
     def _engine(self, delta: Optional[float], lower: bool, history=None) -> PrivacyBuckets:
         pairs = self._pairs(self._snapshot() if history is None else history)
         methods = ("split", "grouped") if lower else ("split",)
         return PrivacyBuckets(self._composer.compose(pairs, delta, methods), delta)
 
-    def _bounds(self, delta: float, lower: bool, history=None) -> EpsilonBounds:
+    def _bounds(self, delta: float, lower: bool, history=None,
+                assumptions: Optional[Assumptions] = None) -> EpsilonBounds:
         delta = check_delta(delta)
-        pairs = self._pairs(self._snapshot() if history is None else history)  # user errors raise
+        a = self._assumptions if assumptions is None else assumptions
+        sp = self._sampled(self._snapshot() if history is None else history, a)  # user errors raise
+        tag = {"sampler": a.sampler, "neighbouring": a.neighbouring}
         try:
-            if lower:
-                return adaptive_epsilon_bounds(self._composer, pairs, delta)
-            engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)
-            return engine.epsilon_bounds(delta)
+            if sp.lower is None:
+                pairs = list(sp.upper)
+                if lower:
+                    result = adaptive_epsilon_bounds(self._composer, pairs, delta)
+                else:
+                    engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)
+                    result = engine.epsilon_bounds(delta)
+            else:
+                engine = PrivacyBuckets(self._composer.compose(list(sp.upper), delta, ("split",)),
+                                        delta)
+                result = engine.epsilon_bounds(delta)
+                if lower:
+                    low = _bracket_lower_epsilon(self._composer, sp, delta)
+                    result = dataclasses.replace(result, lower=min(low, result.upper))
+            return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
         except ENGINE_LIMITS as exc:
             # the engine's resource limits (memory, floating-point overflow): a valid
             # looser answer, inf, with the reason in notes and a loud warning.  Anything
@@ -274,7 +353,62 @@ class PrivacyBucketsAccountant:
                       "the upper bound inf is valid but uninformative")
             warnings.warn(f"pb accountant could not certify epsilon: {reason}",
                           RuntimeWarning, stacklevel=3)
-            return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
+            return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,) + sp.notes, **tag)
+
+    def _delta_bounds(self, epsilon, history, a: Assumptions) -> DeltaBounds:
+        sp = self._sampled(history, a)
+        tag = {"sampler": a.sampler, "neighbouring": a.neighbouring}
+        if sp.lower is None:
+            engine = PrivacyBuckets(self._composer.compose(list(sp.upper), None,
+                                                           ("split", "grouped")), None)
+            result = engine.delta_bounds(epsilon)
+            return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
+        up = PrivacyBuckets(self._composer.compose(list(sp.upper), None, ("split",)), None)
+        result = up.delta_bounds(epsilon)
+        lo = _bracket_lower_delta(self._composer, sp, np.asarray(epsilon, dtype=float))
+        lo = np.minimum(lo, np.asarray(result.upper))
+        if np.ndim(result.upper) == 0:
+            lo = float(lo)
+        return dataclasses.replace(result, lower=lo, notes=result.notes + sp.notes, **tag)
+
+
+def _lower_correction(sp: SampledPairs) -> Tuple[float, float]:
+    """(factor, shift) for lower pairs whose masses carry relative error eta, composed
+    r times: the computed pair's divergence at eps is at most factor * (true divergence
+    at eps - shift), factor = (1+eta)^r, shift = r log((1+eta)/(1-eta))
+    (docs/method.md, "Samplers and neighbouring relations")."""
+    eta, r = sp.lower_relative_error, sp.lower_count
+    if eta == 0.0 or r == 0:
+        return 1.0, 0.0
+    if eta >= 0.5:
+        return math.inf, math.inf
+    factor = math.exp(r * math.log1p(eta)) * (1.0 + 1e-12)
+    shift = r * (math.log1p(eta) - math.log1p(-eta)) * (1.0 + 1e-12)
+    return factor, shift
+
+
+def _bracket_lower_epsilon(composer: Composer, sp: SampledPairs, delta: float) -> float:
+    """Certified lower epsilon from the lower pairs (corrected for their mass errors)."""
+    if not sp.lower:
+        return 0.0
+    factor, shift = _lower_correction(sp)
+    target = delta * factor
+    if not target < 1.0:
+        return 0.0
+    low = adaptive_epsilon_bounds(composer, list(sp.lower), target).lower
+    return max(0.0, low - shift)
+
+
+def _bracket_lower_delta(composer: Composer, sp: SampledPairs, eps: np.ndarray) -> np.ndarray:
+    """Certified lower delta at ``eps`` from the lower pairs (corrected)."""
+    if not sp.lower:
+        return np.zeros_like(eps, dtype=float)
+    factor, shift = _lower_correction(sp)
+    if math.isinf(factor):
+        return np.zeros_like(eps, dtype=float)
+    engine = PrivacyBuckets(composer.compose(list(sp.lower), None, ("split", "grouped")), None)
+    return np.asarray(engine.delta_lower(np.atleast_1d(eps) + shift), dtype=float).reshape(
+        np.shape(eps)) / factor
 
 
 def _options_dict(options: BucketOptions) -> dict:

@@ -18,6 +18,7 @@ from typing import Callable, Optional, Tuple
 from ._validation import check_count, check_delta, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant
 from .mechanisms import MAX_NOISE, MIN_NOISE
+from .samplers import check_assumptions
 
 __all__ = ["NoiseCalibration", "StepsCalibration", "find_noise_multiplier", "find_steps",
            "MIN_RELATIVE_TOLERANCE"]
@@ -107,7 +108,10 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
                           min_noise_multiplier: float = 1e-3,
                           max_noise_multiplier: float = 1e4,
                           epsilon_tolerance: Optional[float] = None,
-                          progress: Progress = None) -> NoiseCalibration:
+                          progress: Progress = None, sampler: str = "poisson",
+                          neighbouring: str = "add_remove",
+                          dataset_size: Optional[int] = None,
+                          batch_size: Optional[int] = None) -> NoiseCalibration:
     """Smallest noise multiplier (to relative ``tol``) whose certified epsilon <= target.
 
     Brackets by factors of 2 from sigma = 1, then narrows [rejected, certified] by false
@@ -119,8 +123,11 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     stays above delta over three doublings (``reason`` says which).  This is the one
     noise search of the package; Opacus's ``get_noise_multiplier(accountant="pb")``
     calls it (pb_accountant/_opacus_hook.py).  ``progress(evaluations, text)`` is
-    called after each evaluation.
+    called after each evaluation.  ``sampler``, ``neighbouring``, ``dataset_size`` and
+    ``batch_size`` are the accountant's (pb_accountant.samplers; for shuffle the upper
+    bound without amplification is what is calibrated).
     """
+    assumptions = check_assumptions(sampler, neighbouring, dataset_size, batch_size).as_dict()
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta(delta)
     q = check_real("sample_rate", sample_rate, low=0.0, high=1.0, low_open=True)
@@ -147,7 +154,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     def eps_up(sigma: float) -> float:
         nonlocal evaluations, last_reason
         evaluations += 1
-        acc = PrivacyBucketsAccountant()
+        acc = PrivacyBucketsAccountant(**assumptions)
         last_acc.clear()
         last_acc[sigma] = acc
         e, why = _upper(delta, sigma, q, steps, acc)
@@ -188,7 +195,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
         while hi is None:
             if math.isinf(e_lo):
                 floors.append(_certified_floor(delta, lo, q, steps,
-                                               last_acc.get(lo) or PrivacyBucketsAccountant()))
+                                               last_acc.get(lo) or PrivacyBucketsAccountant(**assumptions)))
             else:
                 floors = []
             stuck = (len(floors) >= 3 and all(f >= delta for f in floors[-3:])
@@ -255,20 +262,25 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
 
 def find_steps(target_epsilon: float, delta: float, noise_multiplier: float,
                sample_rate: float, *, max_steps: int = 10 ** 9,
-               max_evaluations: int = 80, progress: Progress = None) -> StepsCalibration:
+               max_evaluations: int = 80, progress: Progress = None,
+               sampler: str = "poisson", neighbouring: str = "add_remove",
+               dataset_size: Optional[int] = None,
+               batch_size: Optional[int] = None) -> StepsCalibration:
     """Largest number of steps whose certified epsilon is <= target (0 if not even one).
 
     Doubling from one step, then integer bisection; one accountant is reused so that
     composed binary powers are cached.  Searches at most ``max_steps`` steps and
     ``max_evaluations`` accountant calls (``reason`` says when either stopped it).
+    The sampler arguments are the accountant's, as for :func:`find_noise_multiplier`.
     """
+    assumptions = check_assumptions(sampler, neighbouring, dataset_size, batch_size).as_dict()
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta(delta)
     sigma = check_real("noise_multiplier", noise_multiplier, low=MIN_NOISE, high=MAX_NOISE)
     q = check_real("sample_rate", sample_rate, low=0.0, high=1.0, low_open=True)
     max_steps = check_count("max_steps", max_steps, minimum=1)
     max_evaluations = check_count("max_evaluations", max_evaluations, minimum=2)
-    acc = PrivacyBucketsAccountant()
+    acc = PrivacyBucketsAccountant(**assumptions)
     evaluations = 0
 
     def eps_up(t: int) -> float:

@@ -40,6 +40,9 @@ class EpsilonBounds:
     method: str = "buckets"
     grid: Optional[GridInfo] = None
     notes: Tuple[str, ...] = ()
+    #: how batches were formed and which neighbouring relation the bounds assume
+    sampler: str = "poisson"
+    neighbouring: str = "add_remove"
 
     @property
     def width(self) -> float:
@@ -65,6 +68,9 @@ class DeltaBounds:
     method: str = "buckets"
     grid: Optional[GridInfo] = None
     notes: Tuple[str, ...] = ()
+    #: how batches were formed and which neighbouring relation the bounds assume
+    sampler: str = "poisson"
+    neighbouring: str = "add_remove"
 
     def __iter__(self):
         yield self.lower

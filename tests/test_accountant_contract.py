@@ -261,7 +261,9 @@ def test_optimizer_hook_records_sample_rate_times_accumulated_iterations():
 def test_state_dict_holds_history_and_mechanism_and_is_json_serialisable():
     acc = fresh([(1.0, 0.02, 5), (2.0, 0.5, 1)])
     state = acc.state_dict()
-    assert set(state) == {"history", "mechanism", "options"}
+    assert set(state) == {"history", "mechanism", "options", "assumptions"}
+    assert state["assumptions"] == {"sampler": "poisson", "neighbouring": "add_remove",
+                                   "dataset_size": None, "batch_size": None}
     assert state["mechanism"] == "pb"
     assert state["history"] == [(1.0, 0.02, 5), (2.0, 0.5, 1)]
     restored = json.loads(json.dumps(state))

@@ -1,0 +1,224 @@
+"""Pairs for samplers and neighbouring relations beyond Poisson add/remove.
+
+* :class:`SymmetricSubsampledGaussian` -- Poisson sampling under replace-one
+  (substitution): A = (1-q) N(0, s^2) + q N(1, s^2), B = (1-q) N(0, s^2) + q N(-1, s^2),
+  the pair dp_accounting's ``GaussianPrivacyLoss(..., sampling_prob=q,
+  adjacency_type=REPLACE)`` uses (Zhu, Dong, Wang, AISTATS 2022).
+* :class:`MaxOfBatches` -- the shuffle lower-bound pair: the maximum over the B noisy
+  batch sums of one epoch (Chua et al., ICML 2024), binned into intervals (binning is
+  post-processing), with certified relative errors of its masses.
+
+See docs/method.md, "Samplers and neighbouring relations".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Tuple
+
+import numpy as np
+from scipy import special
+
+from ._fp import UNIT_ROUNDOFF as _U
+from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
+from .mechanisms import (CONTINUOUS_MASS_RELATIVE_ERROR, DiscretePair, MechanismPair,
+                         normal_interval_error, normal_interval_mass)
+
+
+@dataclass(frozen=True)
+class SymmetricSubsampledGaussian(MechanismPair):
+    """Poisson-sampled Gaussian under replace-one (substitution).
+
+    A = (1-q) N(0, s^2) + q N(1, s^2), B = (1-q) N(0, s^2) + q N(-1, s^2) (contributions
+    clipped to norm 1, so the substituted example moves the sum by up to 2).  The loss
+    L(x) = log((1-q) + q c e^{x/s^2}) - log((1-q) + q c e^{-x/s^2}), c = e^{-1/(2 s^2)},
+    is increasing and odd, so every loss interval is an x-interval.  The pair is its own
+    mirror (L(-x) = -L(x)).
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    swapped: bool = False
+    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+
+    def __post_init__(self):
+        check_noise_multiplier(self.noise_multiplier, allow_zero=False)
+        check_sample_rate(self.sample_rate, allow_zero=False)
+
+    def _x_of_loss(self, t):
+        """x with L(x) = t, in log space (no overflow for small s or large |t|)."""
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        log_c = -0.5 / s2
+        if q == 1.0:
+            # L(x) = 2x/s^2
+            return 0.5 * s2 * t
+        log_q = math.log(q)
+        log_1mq = math.log1p(-q)
+        # u = e^{x/s^2} solves q c u^2 + b u - e^t q c = 0 with b = (1-q)(1 - e^t)
+        log_x4 = math.log(4.0) + 2.0 * log_q + 2.0 * log_c + t       # log(4 q^2 c^2 e^t)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            pos = t >= 0.0
+            tp = np.where(pos, t, 0.0)
+            tn = np.where(pos, -1.0, t)
+            log_absb = np.where(pos, log_1mq + np.log(np.expm1(tp)),
+                                log_1mq + np.log(-np.expm1(tn)))
+            log_root = 0.5 * np.logaddexp(2.0 * log_absb, log_x4)
+            # t >= 0: u = (|b| + root) / (2qc); t < 0: u = 2 e^t q c / (b + root)
+            log_u_pos = np.logaddexp(log_absb, log_root) - (math.log(2.0) + log_q + log_c)
+            log_u_neg = (math.log(2.0) + t + log_q + log_c) - np.logaddexp(log_absb, log_root)
+            log_u = np.where(pos, log_u_pos, log_u_neg)
+        x = s2 * log_u
+        return np.where(np.isneginf(t), -np.inf, np.where(np.isposinf(t), np.inf, x))
+
+    def _loss_of_x(self, x):
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        x = np.asarray(x, dtype=float)
+        if q == 1.0:
+            return 2.0 * x / s2
+        log_c = -0.5 / s2
+        l1 = math.log1p(-q)
+        lq = math.log(q) + log_c
+        return np.logaddexp(l1, lq + x / s2) - np.logaddexp(l1, lq - x / s2)
+
+    def _continuous(self, t):
+        a, b, _, _ = self._continuous_with_error(t)
+        return a, b
+
+    def _continuous_with_error(self, t):
+        s = self.noise_multiplier
+        q = self.sample_rate
+        x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
+        x = np.maximum.accumulate(x)
+        z0l, z0h = x[:-1] / s, x[1:] / s
+        zpl, zph = (x[:-1] - 1.0) / s, (x[1:] - 1.0) / s
+        zml, zmh = (x[:-1] + 1.0) / s, (x[1:] + 1.0) / s
+        m0 = normal_interval_mass(z0l, z0h)
+        mp = normal_interval_mass(zpl, zph)
+        mm = normal_interval_mass(zml, zmh)
+        e0 = normal_interval_error(z0l, z0h, m0)
+        ep = normal_interval_error(zpl, zph, mp)
+        em = normal_interval_error(zml, zmh, mm)
+        if q == 1.0:
+            return mp, mm, ep, em
+        a = (1.0 - q) * m0 + q * mp
+        b = (1.0 - q) * m0 + q * mm
+        return (a, b, (1.0 - q) * e0 + q * ep + 2 * _U * a,
+                (1.0 - q) * e0 + q * em + 2 * _U * b)
+
+    def _loss_range(self, tail):
+        z = float(-special.ndtri(max(tail, 1e-300)))
+        s = self.noise_multiplier
+        hi = float(self._loss_of_x(1.0 + s * z))
+        return -hi, hi
+
+
+# -- the shuffle lower-bound pair -------------------------------------------------------
+
+#: relative error bound of log Phi (ndtr / log1p / log_ndtr, a few ulp; tests compare it
+#: with 50-digit mpmath); used in the certified error of MaxOfBatches's masses
+LOG_NDTR_RELATIVE_ERROR = 16 * _U
+
+
+def _log_ndtr(x):
+    """log Phi(x), relatively accurate: log1p(-Phi(-x)) right of 0, log(Phi(x)) left of
+    it, scipy's asymptotic log_ndtr below -20."""
+    x = np.asarray(x, dtype=float)
+    out = np.empty_like(x)
+    right = x > 0.0
+    far = x < -20.0
+    mid = ~right & ~far
+    out[right] = np.log1p(-special.ndtr(-x[right]))
+    out[mid] = np.log(special.ndtr(x[mid]))
+    out[far] = special.log_ndtr(x[far])
+    return out
+
+
+def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.02,
+                          floor: float = -600.0):
+    """Binned distribution of max_j Y_j / s over one epoch's B batches (z = x / s).
+
+    B-side ("without"): all B batch sums are N(0, s^2): CDF Phi(z)^B.  A-side ("with"):
+    one batch is shifted by ``shift`` = sensitivity / s: CDF Phi(z)^(B-1) Phi(z - shift).
+    Returns (edges, a, b, rel_err): the masses of (-inf, e_0], (e_0, e_1], ...,
+    (e_{K-1}, inf) and a bound on the relative error of every mass (each mass is
+    exp(G(hi)) * (-expm1(G(lo) - G(hi))) with G = log CDF, whose absolute error follows
+    from LOG_NDTR_RELATIVE_ERROR).
+    """
+    B = check_count("batches", batches, minimum=1)
+    d = check_real("shift", shift, low=0.0, low_open=True)
+    h = min(resolution, resolution / d)
+    # left end: both log-CDFs >= floor (so every mass is a normal float); right end:
+    # both tails below 1e-40
+    lo = -40.0
+    hi = 12.0 + d
+    for _ in range(200):
+        if float(_G(np.array([lo]), B, d, "a")[0]) >= floor and \
+                float(_G(np.array([lo]), B, d, "b")[0]) >= floor:
+            break
+        lo += 0.25
+    n = int(math.ceil((hi - lo) / h))
+    edges = lo + h * np.arange(n + 1)
+    out = []
+    errs = []
+    for side in ("a", "b"):
+        G, eG = _G(edges, B, d, side), _G_error(edges, B, d, side)
+        delta = G[:-1] - G[1:]                       # log F(lo) - log F(hi) <= 0
+        inner = np.exp(G[1:]) * -np.expm1(delta)
+        first = np.exp(G[0])
+        last = -np.expm1(G[-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel_inner = eG[1:] + (eG[:-1] + eG[1:] + _U * np.abs(delta)) / np.abs(delta) + 4 * _U
+            rel_inner = np.where(delta == 0.0, np.inf, rel_inner)
+        rel_first = eG[0] + 2 * _U
+        rel_last = eG[-1] / max(abs(G[-1]), 1e-300) + 2 * _U
+        masses = np.concatenate(([first], inner, [last]))
+        rel = np.concatenate(([rel_first], rel_inner, [rel_last]))
+        rel = np.where(masses == 0.0, 0.0, rel)    # a zero mass is merged away below
+        out.append(masses)
+        errs.append(rel)
+    a, b = out
+    keep = (a > 0) | (b > 0)
+    rel = float(np.max(np.concatenate((errs[0][keep], errs[1][keep]))))
+    return edges, a[keep], b[keep], 1.02 * rel
+
+
+def _G(z, B, d, side):
+    lp = _log_ndtr(z)
+    if side == "b":
+        return B * lp
+    return (B - 1) * lp + _log_ndtr(z - d)
+
+
+def _G_error(z, B, d, side):
+    """Absolute error bound of the computed _G."""
+    lp = np.abs(_log_ndtr(z))
+    e = LOG_NDTR_RELATIVE_ERROR
+    if side == "b":
+        return (e + _U) * B * lp
+    lq = np.abs(_log_ndtr(z - d))
+    return (e + 2 * _U) * ((B - 1) * lp + lq)
+
+
+@dataclass(frozen=True)
+class MaxOfBatches(DiscretePair):
+    """Chua et al.'s (ICML 2024) shuffle lower-bound pair for one epoch, binned.
+
+    A = law of the binned max over the B batches when one batch carries the shift,
+    B = the same without it.  ``relative_error`` bounds the relative error of every
+    stored mass (see :func:`max_of_batches_masses`); the accountant corrects the
+    composed lower bound for it (docs/method.md, "Samplers and neighbouring relations").
+    """
+
+    relative_error: float = 0.0
+
+
+def max_of_batches_pair(batches: int, noise_multiplier: float, sensitivity: float) -> MaxOfBatches:
+    """The binned max-of-batches pair for B batches, noise s, shift ``sensitivity``."""
+    s = check_noise_multiplier(noise_multiplier, allow_zero=False)
+    _, a, b, rel = max_of_batches_masses(batches, sensitivity / s)
+    # normalise only to pass DiscretePair's sum check: both sums are 1 within
+    # a few 1e-15 (the relative error bound covers the masses as stored)
+    return MaxOfBatches(tuple(a.tolist()), tuple(b.tolist()), relative_error=rel)
