@@ -84,7 +84,7 @@ def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
     _check_assumptions(accountant, state)       # before anything changes
     saved = [tuple(entry) for entry in state["history"]]
     current = [tuple(entry) for entry in (getattr(accountant, "history", None) or [])]
-    full = {key: value for key, value in state.items() if key != "assumptions"}
+    full = dict(state)
     full["history"] = saved
     full.setdefault("mechanism", None)
     if current == saved:
