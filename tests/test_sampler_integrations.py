@@ -517,3 +517,26 @@ def test_cli_shuffle_matches_the_accountant(capsys):
                            "--batch-size", 256, "--dataset-size", 2560, "--steps", 30,
                            "--num", 3)
     assert status == 0, err and "sampler=shuffle" in out
+
+
+def test_guard_attach_warns_about_a_shuffled_loader():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("opacus")
+    import pb_accountant  # noqa: F401
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+    quiet_opacus_warnings()
+    model = torch.nn.Linear(4, 2)
+    engine = PrivacyEngine(accountant="pb")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        model, optimizer, loader = engine.make_private(
+            module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            data_loader=DataLoader(TensorDataset(torch.randn(N, 4)), batch_size=BATCH,
+                                   shuffle=True),
+            noise_multiplier=SIGMA, max_grad_norm=1.0, poisson_sampling=False)
+    guard = BudgetGuard(engine, max_epsilon=10.0, delta=DELTA, mode="stop")
+    with pytest.warns(SamplerMismatchWarning, match="shuffle"):
+        guard.attach(optimizer, data_loader=loader)
+    assert guard.loader_check is not None and not guard.loader_check.match
+    guard.detach()
