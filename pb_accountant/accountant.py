@@ -33,7 +33,8 @@ from .composition import BucketOptions, Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
-from .samplers import Assumptions, SampledPairs, available_samplers, check_assumptions, sampled_pairs
+from .samplers import (Assumptions, SampledPairs, available_samplers, bracket_lower_delta,
+                       bracket_lower_epsilon, check_assumptions, sampled_pairs)
 
 MECHANISM = "pb"
 
@@ -341,7 +342,7 @@ class PrivacyBucketsAccountant:
                                         delta)
                 result = engine.epsilon_bounds(delta)
                 if lower:
-                    low = _bracket_lower_epsilon(self._composer, sp, delta)
+                    low = bracket_lower_epsilon(self._composer, sp, delta)
                     result = dataclasses.replace(result, lower=min(low, result.upper))
             return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
         except ENGINE_LIMITS as exc:
@@ -365,50 +366,11 @@ class PrivacyBucketsAccountant:
             return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
         up = PrivacyBuckets(self._composer.compose(list(sp.upper), None, ("split",)), None)
         result = up.delta_bounds(epsilon)
-        lo = _bracket_lower_delta(self._composer, sp, np.asarray(epsilon, dtype=float))
+        lo = bracket_lower_delta(self._composer, sp, np.asarray(result.epsilon, dtype=float))
         lo = np.minimum(lo, np.asarray(result.upper))
         if np.ndim(result.upper) == 0:
             lo = float(lo)
         return dataclasses.replace(result, lower=lo, notes=result.notes + sp.notes, **tag)
-
-
-def _lower_correction(sp: SampledPairs) -> Tuple[float, float]:
-    """(factor, shift) for lower pairs whose masses carry relative error eta, composed
-    r times: the computed pair's divergence at eps is at most factor * (true divergence
-    at eps - shift), factor = (1+eta)^r, shift = r log((1+eta)/(1-eta))
-    (docs/method.md, "Samplers and neighbouring relations")."""
-    eta, r = sp.lower_relative_error, sp.lower_count
-    if eta == 0.0 or r == 0:
-        return 1.0, 0.0
-    if eta >= 0.5:
-        return math.inf, math.inf
-    factor = math.exp(r * math.log1p(eta)) * (1.0 + 1e-12)
-    shift = r * (math.log1p(eta) - math.log1p(-eta)) * (1.0 + 1e-12)
-    return factor, shift
-
-
-def _bracket_lower_epsilon(composer: Composer, sp: SampledPairs, delta: float) -> float:
-    """Certified lower epsilon from the lower pairs (corrected for their mass errors)."""
-    if not sp.lower:
-        return 0.0
-    factor, shift = _lower_correction(sp)
-    target = delta * factor
-    if not target < 1.0:
-        return 0.0
-    low = adaptive_epsilon_bounds(composer, list(sp.lower), target).lower
-    return max(0.0, low - shift)
-
-
-def _bracket_lower_delta(composer: Composer, sp: SampledPairs, eps: np.ndarray) -> np.ndarray:
-    """Certified lower delta at ``eps`` from the lower pairs (corrected)."""
-    if not sp.lower:
-        return np.zeros_like(eps, dtype=float)
-    factor, shift = _lower_correction(sp)
-    if math.isinf(factor):
-        return np.zeros_like(eps, dtype=float)
-    engine = PrivacyBuckets(composer.compose(list(sp.lower), None, ("split", "grouped")), None)
-    return np.asarray(engine.delta_lower(np.atleast_1d(eps) + shift), dtype=float).reshape(
-        np.shape(eps)) / factor
 
 
 def _options_dict(options: BucketOptions) -> dict:

@@ -117,9 +117,17 @@ class SymmetricSubsampledGaussian(MechanismPair):
 
 # -- the shuffle lower-bound pair -------------------------------------------------------
 
-#: relative error bound of log Phi (ndtr / log1p / log_ndtr, a few ulp; tests compare it
-#: with 50-digit mpmath); used in the certified error of MaxOfBatches's masses
-LOG_NDTR_RELATIVE_ERROR = 16 * _U
+def log_ndtr_relative_error(x):
+    """Bound on the relative error of :func:`_log_ndtr`: 4u (8 + x^2).
+
+    ndtr(x) = erfc(-x / sqrt 2) / 2 carries about 2u (8 + x^2) relative error (the
+    argument's rounding is amplified by x^2, as in normal_interval_error); log1p keeps
+    it relative right of 0, and left of 0 |log Phi| >= log 2 turns the absolute error of
+    log into at most twice as much relative.  tests/test_samplers_api.py checks it
+    against 50-digit mpmath.
+    """
+    x = np.minimum(np.abs(np.asarray(x, dtype=float)), 100.0)
+    return 4.0 * _U * (8.0 + x * x)
 
 
 def _log_ndtr(x):
@@ -137,7 +145,7 @@ def _log_ndtr(x):
 
 
 def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.02,
-                          floor: float = -600.0):
+                          floor: float = -600.0, max_bins: int = 20_000):
     """Binned distribution of max_j Y_j / s over one epoch's B batches (z = x / s).
 
     B-side ("without"): all B batch sums are N(0, s^2): CDF Phi(z)^B.  A-side ("with"):
@@ -145,44 +153,51 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
     Returns (edges, a, b, rel_err): the masses of (-inf, e_0], (e_0, e_1], ...,
     (e_{K-1}, inf) and a bound on the relative error of every mass (each mass is
     exp(G(hi)) * (-expm1(G(lo) - G(hi))) with G = log CDF, whose absolute error follows
-    from LOG_NDTR_RELATIVE_ERROR).
+    from log_ndtr_relative_error).
     """
     B = check_count("batches", batches, minimum=1)
     d = check_real("shift", shift, low=0.0, low_open=True)
-    h = min(resolution, resolution / d)
-    # left end: both log-CDFs >= floor (so every mass is a normal float); right end:
-    # both tails below 1e-40
+    # left end: both log-CDFs >= floor (every mass a normal float); right end: at most
+    # z = 37, where the upper tails 1 - F are still normal floats (relative accuracy)
     lo = -40.0
-    hi = 12.0 + d
-    for _ in range(200):
-        if float(_G(np.array([lo]), B, d, "a")[0]) >= floor and \
-                float(_G(np.array([lo]), B, d, "b")[0]) >= floor:
+    hi = min(12.0 + d, 37.0)
+    for _ in range(400):
+        if min(float(_G(np.array([lo]), B, d, "a")[0]),
+               float(_G(np.array([lo]), B, d, "b")[0])) >= floor or lo >= hi - 1.0:
             break
         lo += 0.25
+    h = max(min(resolution, resolution / d), (hi - lo) / max_bins)
     n = int(math.ceil((hi - lo) / h))
-    edges = lo + h * np.arange(n + 1)
+    fine = lo + (hi - lo) * np.arange(n + 1) / n
+    ga, gb = _G(fine, B, d, "a"), _G(fine, B, d, "b")
+    # keep only edges where both computed log-CDFs strictly increase: merging bins is
+    # post-processing, and no kept bin has a zero or cancelled mass
+    keep = [0]
+    for k in range(1, n + 1):
+        if ga[k] > ga[keep[-1]] and gb[k] > gb[keep[-1]]:
+            keep.append(k)
+    edges = fine[keep]
     out = []
     errs = []
     for side in ("a", "b"):
         G, eG = _G(edges, B, d, side), _G_error(edges, B, d, side)
-        delta = G[:-1] - G[1:]                       # log F(lo) - log F(hi) <= 0
+        delta = G[:-1] - G[1:]                       # log F(lo) - log F(hi) < 0
         inner = np.exp(G[1:]) * -np.expm1(delta)
         first = np.exp(G[0])
         last = -np.expm1(G[-1])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel_inner = eG[1:] + (eG[:-1] + eG[1:] + _U * np.abs(delta)) / np.abs(delta) + 4 * _U
-            rel_inner = np.where(delta == 0.0, np.inf, rel_inner)
+        rel_inner = eG[1:] + (eG[:-1] + eG[1:] + _U * np.abs(delta)) / np.abs(delta) + 4 * _U
         rel_first = eG[0] + 2 * _U
-        rel_last = eG[-1] / max(abs(G[-1]), 1e-300) + 2 * _U
+        rel_last = eG[-1] / abs(G[-1]) + 2 * _U
         masses = np.concatenate(([first], inner, [last]))
         rel = np.concatenate(([rel_first], rel_inner, [rel_last]))
-        rel = np.where(masses == 0.0, 0.0, rel)    # a zero mass is merged away below
+        if not (np.all(masses > 0.0) and np.all(np.isfinite(rel))):
+            raise FloatingPointError("max-of-batches masses not representable; "
+                                     f"batches={B}, shift={d}")
         out.append(masses)
         errs.append(rel)
     a, b = out
-    keep = (a > 0) | (b > 0)
-    rel = float(np.max(np.concatenate((errs[0][keep], errs[1][keep]))))
-    return edges, a[keep], b[keep], 1.02 * rel
+    rel = float(np.max(np.concatenate(errs)))
+    return edges, a, b, 1.02 * rel
 
 
 def _G(z, B, d, side):
@@ -194,12 +209,11 @@ def _G(z, B, d, side):
 
 def _G_error(z, B, d, side):
     """Absolute error bound of the computed _G."""
-    lp = np.abs(_log_ndtr(z))
-    e = LOG_NDTR_RELATIVE_ERROR
+    lp = np.abs(_log_ndtr(z)) * (log_ndtr_relative_error(z) + 2 * _U)
     if side == "b":
-        return (e + _U) * B * lp
-    lq = np.abs(_log_ndtr(z - d))
-    return (e + 2 * _U) * ((B - 1) * lp + lq)
+        return B * lp
+    lq = np.abs(_log_ndtr(z - d)) * (log_ndtr_relative_error(z - d) + 2 * _U)
+    return (B - 1) * lp + lq + 2 * _U * np.abs(_G(z, B, d, side))
 
 
 @dataclass(frozen=True)

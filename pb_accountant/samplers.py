@@ -28,15 +28,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from fractions import Fraction
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ._validation import check_choice, check_count
+from .composition import Composer
+from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussian
-from .sampled_pairs import SymmetricSubsampledGaussian, max_of_batches_pair
+from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
 
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
            "sampled_pairs", "step_pairs", "shuffle_upper_pairs", "shuffle_lower_pairs",
-           "epochs", "available_samplers", "SHUFFLE_NOTE"]
+           "epochs", "available_samplers", "SHUFFLE_NOTE", "GaussianNoise", "IntegerNoise",
+           "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
+           "bracket_lower_delta", "delta_bounds"]
 
 SAMPLERS = ("poisson", "fixed_size", "shuffle")
 NEIGHBOURING = ("add_remove", "replace_one", "replace_special")
@@ -105,9 +112,9 @@ class SampledPairs:
     """The pairs to compose for one history under one set of assumptions.
 
     ``upper`` certifies the upper bound; ``lower`` (None: the same pairs) the lower
-    bound.  ``lower_relative_error`` is a bound on the relative error of every mass of
-    every lower pair (the composed lower bound is corrected for it); ``notes`` say what
-    the bound assumes.
+    bound.  ``lower_relative_error`` bounds the relative error of every mass of every
+    lower pair, ``lower_count`` how many lower pairs are composed (the composed lower
+    bound is corrected for both); ``notes`` say what the bound assumes.
     """
 
     upper: Tuple[Tuple[MechanismPair, int], ...]
@@ -117,43 +124,146 @@ class SampledPairs:
     notes: Tuple[str, ...] = field(default_factory=tuple)
 
 
-def _no_noise_pair(q: float) -> MechanismPair:
-    """sigma = 0: the sampled example is revealed with probability q."""
-    return DiscretePair((1.0 - q, q), (1.0, 0.0))
+# -- base noise: the pairs are generic over it -------------------------------------------
+
+@dataclass(frozen=True)
+class GaussianNoise:
+    """N(0, sigma^2) added to the sum of contributions clipped to norm 1 (DP-SGD).
+
+    Every method returns the pair in closed form; sigma = 0 is the point mass
+    (:class:`IntegerNoise` with one atom), whose pairs are histograms.
+    """
+
+    sigma: float
+
+    def _point(self) -> "IntegerNoise":
+        return IntegerNoise((1.0,), 0)
+
+    def subsampled(self, q: float, shift: float) -> MechanismPair:
+        """A = (1-q) N(0) + q N(shift), B = N(0)."""
+        if self.sigma == 0.0:
+            return self._point().subsampled(q, shift)
+        return SubsampledGaussian(self.sigma / shift, q)     # scaled by 1/shift
+
+    def symmetric(self, q: float) -> MechanismPair:
+        """A = (1-q) N(0) + q N(1), B = (1-q) N(0) + q N(-1)."""
+        if self.sigma == 0.0:
+            return self._point().symmetric(q)
+        return SymmetricSubsampledGaussian(self.sigma, q)
+
+    def shifted(self, shift: float) -> MechanismPair:
+        """A = N(shift), B = N(0)."""
+        if self.sigma == 0.0:
+            return self._point().shifted(shift)
+        return Gaussian(self.sigma, shift)
+
+    def max_of_batches(self, batches: int, shift: float) -> MechanismPair:
+        """The binned max over B batch sums, one of them shifted (Chua et al. 2024)."""
+        if self.sigma == 0.0:
+            return self._point().max_of_batches(batches, shift)
+        return max_of_batches_pair(batches, self.sigma, shift)
 
 
-def step_pairs(sigma: float, q: float, sampler: str, neighbouring: str
+@dataclass(frozen=True)
+class IntegerNoise:
+    """Integer noise with probabilities ``pmf`` on offset, offset+1, ... (exact pairs).
+
+    The discrete base of the brute-force tests (tests/test_samplers_bruteforce.py): the
+    same pairs as :class:`GaussianNoise`, computed as histograms; shifts are integers.
+    """
+
+    pmf: Tuple[float, ...]
+    offset: int = 0
+
+    def _mixture(self, comps):
+        out = {}
+        for w, s in comps:
+            for k, p in enumerate(self.pmf):
+                key = k + self.offset + int(s)
+                out[key] = out.get(key, Fraction(0)) + Fraction(w) * Fraction(p)
+        return out
+
+    def _pair(self, a, b) -> MechanismPair:
+        keys = sorted(set(a) | set(b))
+        pa = tuple(float(a.get(k, 0)) for k in keys)
+        pb = tuple(float(b.get(k, 0)) for k in keys)
+        return DiscretePair(pa, pb)
+
+    def subsampled(self, q, shift):
+        return self._pair(self._mixture([(1 - Fraction(q), 0), (Fraction(q), shift)]),
+                          self._mixture([(1, 0)]))
+
+    def symmetric(self, q):
+        return self._pair(self._mixture([(1 - Fraction(q), 0), (Fraction(q), 1)]),
+                          self._mixture([(1 - Fraction(q), 0), (Fraction(q), -1)]))
+
+    def shifted(self, shift):
+        return self._pair(self._mixture([(1, shift)]), self._mixture([(1, 0)]))
+
+    def max_of_batches(self, batches, shift):
+        """Law of the max over B batch sums (exact rationals, then rounded: relative
+        error <= 2^-53 per mass)."""
+        base = self._mixture([(1, 0)])
+        keys = sorted(set(base) | {k + int(shift) for k in base})
+        cdf0, cdf1, acc0, acc1 = {}, {}, Fraction(0), Fraction(0)
+        for k in keys:
+            acc0 += base.get(k, 0)
+            acc1 += base.get(k - int(shift), 0)
+            cdf0[k], cdf1[k] = acc0, acc1
+        a, b, prev_a, prev_b = {}, {}, Fraction(0), Fraction(0)
+        for k in keys:
+            fa = cdf0[k] ** (batches - 1) * cdf1[k]
+            fb = cdf0[k] ** batches
+            a[k], b[k] = fa - prev_a, fb - prev_b
+            prev_a, prev_b = fa, fb
+        pair = self._pair(a, b)
+        return MaxOfBatches(pair.probabilities_a, pair.probabilities_b,
+                            relative_error=2.0 ** -52)
+
+
+def gaussian_noise(sigma: float) -> GaussianNoise:
+    """The production base: Gaussian noise with multiplier ``sigma``."""
+    return GaussianNoise(sigma)
+
+
+NoiseOf = Callable[[float], "GaussianNoise | IntegerNoise"]
+
+
+def step_pairs(noise, q: float, sampler: str, neighbouring: str
                ) -> Tuple[Optional[MechanismPair], Optional[MechanismPair]]:
     """(upper pair, lower pair) of one Poisson or fixed-size step; None costs nothing.
 
     ``q`` is the Poisson rate, or for fixed_size the batch fraction g = b/n.
+
+    * Poisson, add_remove / replace_special: (1-q) N(0) + q N(1) vs N(0) (paper §5.4;
+      the special element contributes 0, so removing x and replacing it by the special
+      element give the same outputs).
+    * Poisson, replace_one: (1-q) N(0) + q N(1) vs (1-q) N(0) + q N(-1), the pair of
+      dp_accounting's REPLACE_ONE (Zhu, Dong, Wang 2022): the rest of the batch is
+      independent of x and the same under both datasets.
+    * fixed_size (any relation): (1-g) N(0) + g N(2) vs N(0), g = b/n (Zhu, Dong, Wang
+      2022, sampling without replacement; Balle, Barthe, Gaboardi 2018): when x is
+      drawn it takes the place of another example y, so the sum moves by x - y, up to
+      2; realised by every other example contributing -1 and x +1 (replace_one: x' =
+      -1; add_remove: x removed), hence tight.  Under replace_special the lower pair is
+      (1-g) N(0) + g N(1) vs N(0) (others contribute 0).
     """
     if q == 0.0:
         return None, None
     if sampler == "poisson":
-        if neighbouring == "replace_one":
-            if sigma == 0.0:
-                # the two substituted examples differ whenever one is sampled
-                pair = DiscretePair((1.0 - q, q, 0.0), (1.0 - q, 0.0, q))
-                return pair, pair
-            pair = SymmetricSubsampledGaussian(sigma, q)
-            return pair, pair
-        pair = _no_noise_pair(q) if sigma == 0.0 else SubsampledGaussian(sigma, q)
+        pair = noise.symmetric(q) if neighbouring == "replace_one" else noise.subsampled(q, 1)
         return pair, pair
     if sampler == "fixed_size":
-        if sigma == 0.0:
-            pair = _no_noise_pair(q)
-            return pair, pair
-        upper = SubsampledGaussian(sigma / 2.0, q)       # (1-g) N(0) + g N(2) vs N(0)
+        upper = noise.subsampled(q, 2)
         if neighbouring == "replace_special":
-            return upper, SubsampledGaussian(sigma, q)   # realised: others contribute 0
+            return upper, noise.subsampled(q, 1)
         return upper, upper
     raise ValueError(f"step_pairs is for 'poisson' and 'fixed_size', got sampler={sampler!r}")
 
 
 def epochs(history: Sequence[Tuple[float, float, int]], steps_per_epoch: int
            ) -> List[Tuple[float, bool, int]]:
-    """Run-length list of epochs ``(smallest sigma, complete and constant sigma, count)``.
+    """Run-length list of epochs ``(smallest sigma, complete with one sigma, count)``.
 
     Steps with sample_rate 0 never touch the data and are not batches of the
     permutation; a trailing partial epoch counts as one (incomplete) epoch.
@@ -195,78 +305,127 @@ def epochs(history: Sequence[Tuple[float, float, int]], steps_per_epoch: int
     return out
 
 
-def shuffle_upper_pairs(history, neighbouring: str, steps_per_epoch: int
-                        ) -> Tuple[Tuple[MechanismPair, int], ...]:
+def shuffle_upper_pairs(history, neighbouring: str, steps_per_epoch: int,
+                        noise: NoiseOf = gaussian_noise) -> Tuple[Tuple[MechanismPair, int], ...]:
     """One unamplified Gaussian per epoch, at the epoch's smallest sigma.
 
     In one epoch the differing example is in exactly one batch; revealing the
-    permutation (post-processing the other way: more information) leaves an adaptive
-    composition of Gaussians in which one step moves by at most the sensitivity: 1 for
-    replace_special (x versus a zero contribution), 2 for replace_one.
+    permutation (more information: the divergence can only grow) leaves an adaptive
+    composition in which one step's sum moves by at most the sensitivity, 1 under
+    replace_special (x versus a zero contribution), 2 under replace_one; a partial
+    epoch counts as one.
     """
-    sens = 2.0 if neighbouring == "replace_one" else 1.0
-    out = []
-    for sigma, _, count in epochs(history, steps_per_epoch):
-        if sigma == 0.0:
-            pair: MechanismPair = DiscretePair((1.0, 0.0), (0.0, 1.0))
-        else:
-            pair = Gaussian(sigma, sens)
-        out.append((pair, count))
-    return tuple(out)
+    sens = 2 if neighbouring == "replace_one" else 1
+    return tuple((noise(sigma).shifted(sens), count)
+                 for sigma, _, count in epochs(history, steps_per_epoch))
 
 
-def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int
-                        ) -> Tuple[Tuple[MechanismPair, int], ...]:
-    """Chua et al.'s max-of-batches pair for every complete constant-sigma epoch.
+def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int,
+                        noise: NoiseOf = gaussian_noise) -> Tuple[Tuple[MechanismPair, int], ...]:
+    """Chua et al.'s (ICML 2024) max-of-batches pair for every complete one-sigma epoch.
 
     Realised by: every other example contributes 0 (replace_special) or -1
-    (replace_one, the baseline subtracted), x contributes +1; the maximum over the
-    epoch's B batch sums is a post-processing of the run.  Partial epochs and epochs
-    whose sigma varies are left out (dropping outputs is post-processing too).
+    (replace_one, the known baseline subtracted), x contributes +1 (x' = -1); the
+    maximum over the epoch's B batch sums is a post-processing of the run, whatever
+    batch x falls in (the max is symmetric in the batches).  Partial epochs and
+    epochs whose sigma varies are left out (dropping outputs is post-processing too).
     """
-    sens = 2.0 if neighbouring == "replace_one" else 1.0
-    out = []
-    for sigma, full, count in epochs(history, steps_per_epoch):
-        if not full or sigma == 0.0:
-            continue
-        out.append((max_of_batches_pair(steps_per_epoch, sigma, sens), count))
-    return tuple(out)
+    sens = 2 if neighbouring == "replace_one" else 1
+    return tuple((noise(sigma).max_of_batches(steps_per_epoch, sens), count)
+                 for sigma, full, count in epochs(history, steps_per_epoch)
+                 if full and sigma > 0.0)
 
 
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
-                  dataset_size: Optional[int] = None, batch_size: Optional[int] = None
-                  ) -> SampledPairs:
-    """The pairs to compose for ``history`` (validated entries) under the assumptions."""
+                  dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
+                  noise: NoiseOf = gaussian_noise) -> SampledPairs:
+    """The pairs to compose for ``history`` (validated entries) under the assumptions.
+
+    ``noise(sigma)`` gives the base (:class:`GaussianNoise` in production; the tests
+    pass an :class:`IntegerNoise`).
+    """
     a = check_assumptions(sampler, neighbouring, dataset_size, batch_size)
     notes: Tuple[str, ...] = ()
     if a.sampler == "shuffle":
         B = a.batches_per_epoch
-        upper = shuffle_upper_pairs(history, a.neighbouring, B)
-        lower = shuffle_lower_pairs(history, a.neighbouring, B)
+        upper = shuffle_upper_pairs(history, a.neighbouring, B, noise)
+        lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
         rel = max((p.relative_error for p, _ in lower), default=0.0)
         count = sum(c for _, c in lower)
         return SampledPairs(upper, lower, rel, count, (SHUFFLE_NOTE,))
     fraction = a.batch_fraction if a.sampler == "fixed_size" else None
-    if a.sampler == "fixed_size":
-        if fraction is None:
-            notes = ("fixed_size: the batch fraction b/n is taken from the history's "
-                     "sample_rate (give dataset_size and batch_size to use b/n)",)
+    if a.sampler == "fixed_size" and fraction is None:
+        notes = ("fixed_size: the batch fraction b/n is taken from the history's "
+                 "sample_rate (give dataset_size and batch_size to use b/n)",)
     upper, lower = [], []
     tight = True
     for sigma, q, count in history:
         if not count or q == 0.0:
             continue
-        g = fraction if fraction is not None else q
-        up, lo = step_pairs(sigma, g, a.sampler, a.neighbouring)
-        if up is None:
-            continue
+        up, lo = step_pairs(noise(sigma), fraction if fraction is not None else q,
+                            a.sampler, a.neighbouring)
         upper.append((up, count))
         lower.append((lo, count))
         tight = tight and lo is up
     if a.sampler == "fixed_size" and a.neighbouring == "replace_special":
-        notes += ("fixed_size under replace_special: upper bound from the replace_one pair, "
-                  "lower bound from the zero-contribution pair",)
+        notes += ("fixed_size under replace_special: upper bound from the replace_one "
+                  "pair, lower bound from the zero-contribution pair",)
     return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes)
+
+
+# -- bounds from SampledPairs (the accountant wraps these) -------------------------------
+
+def lower_correction(sp: SampledPairs) -> Tuple[float, float]:
+    """(factor, shift) for lower pairs whose masses carry relative error eta, r of them
+    composed: the computed pairs' divergence at eps is at most factor times the exact
+    pairs' divergence at eps - shift, factor = (1+eta)^r, shift = r log((1+eta)/(1-eta))
+    (docs/method.md, "Samplers and neighbouring relations")."""
+    eta, r = sp.lower_relative_error, sp.lower_count
+    if eta == 0.0 or r == 0:
+        return 1.0, 0.0
+    if eta >= 0.5:
+        return math.inf, math.inf
+    factor = math.exp(r * math.log1p(eta)) * (1.0 + 1e-12)
+    shift = r * (math.log1p(eta) - math.log1p(-eta)) * (1.0 + 1e-12)
+    return factor, shift
+
+
+def bracket_lower_epsilon(composer: Composer, sp: SampledPairs, delta: float) -> float:
+    """Certified lower epsilon at ``delta`` from ``sp.lower`` (corrected)."""
+    if not sp.lower:
+        return 0.0
+    factor, shift = lower_correction(sp)
+    target = delta * factor
+    if not target < 1.0:
+        return 0.0
+    low = adaptive_epsilon_bounds(composer, list(sp.lower), target).lower
+    return max(0.0, low - shift)
+
+
+def bracket_lower_delta(composer: Composer, sp: SampledPairs, eps) -> np.ndarray:
+    """Certified lower delta at ``eps`` (array) from ``sp.lower`` (corrected)."""
+    eps = np.asarray(eps, dtype=float)
+    if not sp.lower:
+        return np.zeros(eps.shape)
+    factor, shift = lower_correction(sp)
+    if math.isinf(factor):
+        return np.zeros(eps.shape)
+    engine = PrivacyBuckets(composer.compose(list(sp.lower), None, ("split", "grouped")), None)
+    low = np.asarray(engine.delta_lower(np.atleast_1d(eps) + shift), dtype=float)
+    return low.reshape(eps.shape) / factor
+
+
+def delta_bounds(composer: Composer, sp: SampledPairs, eps) -> Tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) certified delta at the array ``eps`` for ``sp``."""
+    eps = np.atleast_1d(np.asarray(eps, dtype=float))
+    if sp.lower is None:
+        engine = PrivacyBuckets(composer.compose(list(sp.upper), None, ("split", "grouped")),
+                                None)
+        db = engine.delta_bounds(eps)
+        return np.asarray(db.lower), np.asarray(db.upper)
+    up = PrivacyBuckets(composer.compose(list(sp.upper), None, ("split",)), None)
+    upper = np.asarray(up.delta_bounds(eps).upper)
+    return np.minimum(bracket_lower_delta(composer, sp, eps), upper), upper
 
 
 def available_samplers(assumptions: Assumptions) -> List[Assumptions]:

@@ -1,0 +1,367 @@
+"""The accountant's sampler API (issue 13): validation, state, results, contract.
+
+The pairs themselves are proven by tests/test_samplers_bruteforce.py and bracketed
+against dp_accounting in tests/test_samplers_dp_accounting.py.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from accountant_contract import AccountantContract
+from conftest import gaussian_delta, gaussian_epsilon
+from pb_accountant import (NEIGHBOURING, SAMPLERS, PrivacyBucketsAccountant,
+                           find_noise_multiplier, find_steps)
+from pb_accountant.sampled_pairs import (SymmetricSubsampledGaussian, _log_ndtr,
+                                         log_ndtr_relative_error, max_of_batches_masses)
+from pb_accountant.samplers import SHUFFLE_NOTE, epochs, sampled_pairs
+
+CIFAR = dict(dataset_size=50_000, batch_size=256)
+
+
+# -- validation ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,names", [
+    (dict(sampler="poison"), ["sampler", "poison"]),
+    (dict(sampler=None), ["sampler"]),
+    (dict(neighbouring="replace"), ["neighbouring", "replace"]),
+    (dict(sampler="shuffle", neighbouring="replace_one"), ["shuffle", "dataset_size"]),
+    (dict(sampler="shuffle", **CIFAR), ["shuffle", "add_remove", "replace_special"]),
+    (dict(sampler="fixed_size", dataset_size=10, batch_size=11), ["batch_size", "11", "10"]),
+    (dict(sampler="fixed_size", dataset_size=0, batch_size=1), ["dataset_size", "0"]),
+    (dict(sampler="fixed_size", dataset_size=10, batch_size=2.5), ["batch_size", "2.5"]),
+    (dict(sampler="fixed_size", dataset_size=True, batch_size=1), ["dataset_size"]),
+    (dict(sampler="fixed_size", dataset_size=100), ["dataset_size", "batch_size"]),
+    (dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100, batch_size=-1),
+     ["batch_size", "-1"]),
+])
+def test_bad_assumptions_raise_naming_parameter_and_value(kwargs, names):
+    with pytest.raises(ValueError) as info:
+        PrivacyBucketsAccountant(**kwargs)
+    for name in names:
+        assert name in str(info.value)
+
+
+def test_choices_and_defaults():
+    assert SAMPLERS == ("poisson", "fixed_size", "shuffle")
+    assert NEIGHBOURING == ("add_remove", "replace_one", "replace_special")
+    acc = PrivacyBucketsAccountant()
+    assert (acc.sampler, acc.neighbouring) == ("poisson", "add_remove")
+    assert acc.assumptions == {"sampler": "poisson", "neighbouring": "add_remove",
+                               "dataset_size": None, "batch_size": None}
+    with pytest.raises(AttributeError):
+        acc.sampler = "shuffle"
+    with pytest.raises(AttributeError):
+        acc.neighbouring = "replace_one"
+    acc.assumptions["sampler"] = "shuffle"          # a copy
+    assert acc.sampler == "poisson"
+
+
+def test_options_still_validated_beside_the_sampler_arguments():
+    with pytest.raises(ValueError, match="bogus"):
+        PrivacyBucketsAccountant(sampler="fixed_size", bogus=1)
+    acc = PrivacyBucketsAccountant("fixed_size", "replace_one", 100, 10, resolution=0.02)
+    assert acc.options.resolution == 0.02 and acc.assumptions["batch_size"] == 10
+
+
+# -- state ---------------------------------------------------------------------------------
+
+def shuffled(history=((1.0, 0.1, 25),), **kw):
+    acc = PrivacyBucketsAccountant(sampler="shuffle", neighbouring="replace_one",
+                                   dataset_size=100, batch_size=10, **kw)
+    acc.history = list(history)
+    return acc
+
+
+def test_state_dict_round_trip_carries_the_assumptions():
+    acc = shuffled()
+    state = acc.state_dict()
+    assert state["assumptions"] == acc.assumptions
+    again = shuffled(history=[])
+    again.load_state_dict(state)
+    assert again.history == acc.history
+    assert again.get_epsilon_bounds(1e-5) == acc.get_epsilon_bounds(1e-5)
+
+
+@pytest.mark.parametrize("other", [
+    dict(sampler="fixed_size", neighbouring="replace_one", dataset_size=100, batch_size=10),
+    dict(sampler="shuffle", neighbouring="replace_special", dataset_size=100, batch_size=10),
+    dict(sampler="shuffle", neighbouring="replace_one", dataset_size=101, batch_size=10),
+    dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100, batch_size=11),
+])
+def test_loading_another_sampler_or_relation_raises_and_changes_nothing(other):
+    acc = PrivacyBucketsAccountant(**other)
+    acc.history = [(2.0, 0.1, 3)]
+    state = shuffled().state_dict()
+    with pytest.raises(ValueError) as info:
+        acc.load_state_dict(state)
+    changed = [k for k in other if other[k] != state["assumptions"][k]]
+    assert all(k in str(info.value) for k in changed)
+    assert acc.history == [(2.0, 0.1, 3)]
+
+
+def test_old_states_mean_poisson_add_remove():
+    old = {"history": [(1.0, 0.01, 10)], "mechanism": "pb"}
+    acc = PrivacyBucketsAccountant()
+    acc.load_state_dict(dict(old))
+    assert acc.history == [(1.0, 0.01, 10)]
+    with pytest.raises(ValueError, match="sampler"):
+        shuffled(history=[]).load_state_dict(dict(old))
+    with pytest.raises(ValueError, match="neighbouring"):
+        PrivacyBucketsAccountant(neighbouring="replace_one").load_state_dict(dict(old))
+
+
+def test_bad_assumptions_in_a_state_raise():
+    state = shuffled().state_dict()
+    state["assumptions"] = dict(state["assumptions"], colour="red")
+    with pytest.raises(ValueError, match="colour"):
+        shuffled(history=[]).load_state_dict(state)
+    state["assumptions"] = "shuffle"
+    with pytest.raises(ValueError, match="assumptions"):
+        shuffled(history=[]).load_state_dict(state)
+
+
+def test_pickle_and_deepcopy_keep_the_assumptions():
+    acc = shuffled()
+    for clone in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc)):
+        assert clone.assumptions == acc.assumptions
+        assert clone.get_epsilon_bounds(1e-6) == acc.get_epsilon_bounds(1e-6)
+
+
+# -- results -------------------------------------------------------------------------------
+
+def test_results_name_their_sampler_relation_and_assumption():
+    acc = shuffled()
+    eb, db = acc.get_epsilon_bounds(1e-5), acc.get_delta_bounds(1.0)
+    for r in (eb, db):
+        assert (r.sampler, r.neighbouring) == ("shuffle", "replace_one")
+        assert SHUFFLE_NOTE in r.notes
+    assert SHUFFLE_NOTE == ("upper bound without amplification by shuffling; lower bound "
+                            "from the max-of-batches statistic (Chua et al. 2024)")
+    plain = PrivacyBucketsAccountant()
+    plain.history = [(1.0, 0.01, 10)]
+    r = plain.get_epsilon_bounds(1e-5)
+    assert (r.sampler, r.neighbouring) == ("poisson", "add_remove")
+    assert PrivacyBucketsAccountant().get_epsilon_bounds(1e-5).sampler == "poisson"
+
+
+def test_by_sampler_keeps_poisson_beside_the_others():
+    acc = PrivacyBucketsAccountant(**CIFAR)
+    acc.history = [(1.0, 256 / 50_000, 196 * 5)]
+    by = acc.get_epsilon_bounds_by_sampler(1e-5)
+    assert list(by) == ["poisson", "fixed_size", "shuffle"]
+    assert by["poisson"] == acc.get_epsilon_bounds(1e-5)
+    assert by["shuffle"].neighbouring == "replace_special"       # shuffle has no add_remove
+    assert by["fixed_size"].neighbouring == "add_remove"
+    for b in by.values():
+        assert 0.0 <= b.lower <= b.upper < math.inf
+    # without sizes: no shuffle; fixed_size from the history's sample_rate
+    bare = PrivacyBucketsAccountant(neighbouring="replace_one")
+    bare.history = [(1.0, 0.01, 100)]
+    by = bare.get_epsilon_bounds_by_sampler(1e-5)
+    assert list(by) == ["poisson", "fixed_size"]
+    assert any("sample_rate" in n for n in by["fixed_size"].notes)
+
+
+def test_get_epsilon_is_the_certified_upper_bound_of_the_sampler():
+    acc = shuffled()
+    assert acc.get_epsilon(1e-5) == acc.get_epsilon_bounds(1e-5).upper
+    assert acc.get_delta(2.0) == acc.get_delta_bounds(2.0).upper
+
+
+def test_privacy_curve_brackets_and_is_ordered():
+    curve = shuffled().get_privacy_curve(num=20)
+    assert np.all(curve.delta_lower <= curve.delta_upper)
+    assert np.all(np.diff(curve.delta_upper) <= 0)
+    assert SHUFFLE_NOTE in curve.notes
+
+
+def test_shuffle_is_a_function_of_the_history_alone():
+    """Stepping one at a time (with queries) or assigning the history: same bits."""
+    a = shuffled(history=[])
+    for i in range(37):
+        a.step(noise_multiplier=1.0 if i < 20 else 1.5, sample_rate=0.1)
+        if i % 9 == 0:
+            a.get_epsilon_bounds(1e-5)
+    b = shuffled(history=[(1.0, 0.1, 20), (1.5, 0.1, 17)])
+    assert a.get_epsilon_bounds(1e-5) == b.get_epsilon_bounds(1e-5)
+    assert a.get_delta_bounds(1.0) == b.get_delta_bounds(1.0)
+
+
+# -- epochs ----------------------------------------------------------------------------------
+
+def test_epochs_run_length_partial_and_varying_sigma():
+    assert epochs([(1.0, 0.1, 25)], 10) == [(1.0, True, 2), (1.0, False, 1)]
+    # sigma changes inside the second epoch: charged with its smallest sigma
+    assert epochs([(2.0, 0.1, 15), (1.0, 0.1, 15)], 10) == [
+        (2.0, True, 1), (1.0, False, 1), (1.0, True, 1)]
+    assert epochs([(2.0, 0.1, 15), (1.0, 0.1, 5)], 10) == [(2.0, True, 1), (1.0, False, 1)]
+    assert epochs([(1.0, 0.0, 50), (1.0, 0.1, 10)], 10) == [(1.0, True, 1)]
+    assert epochs([(1.0, 0.1, 10 ** 15)], 7) == [(1.0, True, 10 ** 15 // 7),
+                                                 (1.0, False, 1)]
+
+
+def test_shuffle_upper_charges_each_epoch_its_smallest_sigma():
+    varying = shuffled(history=[(2.0, 0.1, 5), (1.0, 0.1, 5)])
+    small = shuffled(history=[(1.0, 0.1, 10)])
+    assert varying.get_epsilon_bounds(1e-5).upper == small.get_epsilon_bounds(1e-5).upper
+    # the varying epoch is left out of the lower bound (only complete one-sigma epochs)
+    assert varying.get_epsilon_bounds(1e-5).lower == 0.0
+
+
+# -- the numerical pieces --------------------------------------------------------------------
+
+def test_symmetric_pair_inverts_its_loss():
+    for s, q in [(0.05, 0.3), (0.5, 0.01), (1.0, 0.5), (20.0, 0.9), (1.0, 1.0)]:
+        pair = SymmetricSubsampledGaussian(s, q)
+        t = np.linspace(-30, 30, 121)
+        lo, hi = pair._loss_of_x(-1e300), pair._loss_of_x(1e300)
+        t = t[(t > lo) & (t < hi)]
+        back = pair._loss_of_x(pair._x_of_loss(t))
+        np.testing.assert_allclose(back, t, rtol=1e-9, atol=1e-9)
+
+
+def test_log_ndtr_and_max_of_batches_masses_meet_their_error_bounds():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    xs = np.concatenate((np.linspace(-38, 37, 1201), [-1e-3, 1e-3, 0.0, -50.0, -300.0, -1e4]))
+    got = _log_ndtr(xs)
+    for x, g in zip(xs, got):
+        mx = mpmath.mpf(float(x))
+        exact = mpmath.log1p(-mpmath.ncdf(-mx)) if x > 0 else mpmath.log(mpmath.ncdf(mx))
+        bound = float(log_ndtr_relative_error(x))
+        assert abs(mpmath.mpf(float(g)) - exact) <= bound * abs(exact)
+    mpmath.mp.dps = 120
+
+    def log_phi(z):
+        return mpmath.log1p(-mpmath.ncdf(-z)) if z > 0 else mpmath.log(mpmath.ncdf(z))
+
+    def interval(log_f, lo, hi):
+        """F(hi) - F(lo), as a difference of upper tails where F is near 1."""
+        if lo is None:
+            return mpmath.exp(log_f(hi))
+        if hi is None:
+            return -mpmath.expm1(log_f(lo))
+        if log_f(lo) > -1:
+            return mpmath.expm1(log_f(hi)) - mpmath.expm1(log_f(lo))
+        return mpmath.exp(log_f(hi)) - mpmath.exp(log_f(lo))
+
+    for B, shift in [(1, 1.0), (7, 0.5), (196, 1.0 / 1.1), (50, 4.0), (3, 60.0)]:
+        edges, a, b, rel = max_of_batches_masses(B, shift)
+        assert rel < 1e-6 and len(a) == len(b) == len(edges) + 1
+        d = mpmath.mpf(shift)
+
+        def log_fa(z):
+            return (B - 1) * log_phi(z) + log_phi(z - d)
+
+        def log_fb(z):
+            return B * log_phi(z)
+
+        bounds = [None] + [mpmath.mpf(float(e)) for e in edges] + [None]
+        step = max(1, len(a) // 150)
+        for k in sorted(set(range(0, len(a), step)) | {len(a) - 1}):
+            ea = interval(log_fa, bounds[k], bounds[k + 1])
+            eb = interval(log_fb, bounds[k], bounds[k + 1])
+            assert abs(a[k] - ea) <= rel * ea, (B, shift, k)
+            assert abs(b[k] - eb) <= rel * eb, (B, shift, k)
+
+
+def test_shuffle_target_size_under_two_seconds_is_a_benchmark_not_a_test():
+    """100 CIFAR-10-sized epochs: checked by benchmarks/bench_samplers.py; here only
+    that the bracket is proper and the lower bound is informative."""
+    acc = PrivacyBucketsAccountant(sampler="shuffle", neighbouring="replace_special", **CIFAR)
+    acc.history = [(1.0, 256 / 50_000, 196 * 100)]
+    b = acc.get_epsilon_bounds(1e-5)
+    assert 0.5 < b.lower < b.upper < math.inf
+
+
+# -- calibration -----------------------------------------------------------------------------
+
+def test_calibration_takes_the_sampler_arguments():
+    kw = dict(sampler="fixed_size", neighbouring="replace_one", dataset_size=1000, batch_size=10)
+    cal = find_noise_multiplier(2.0, 1e-5, 0.01, 200, **kw)
+    assert cal.certified
+    acc = PrivacyBucketsAccountant(**kw)
+    acc.history = [(cal.noise_multiplier, 0.01, 200)]
+    assert acc.get_epsilon(1e-5) <= 2.0
+    poisson = find_noise_multiplier(2.0, 1e-5, 0.01, 200)
+    assert cal.noise_multiplier > poisson.noise_multiplier
+    steps = find_steps(2.0, 1e-5, cal.noise_multiplier, 0.01, max_steps=400, **kw)
+    assert 200 <= steps.steps < 400
+    with pytest.raises(ValueError, match="sampler"):
+        find_noise_multiplier(2.0, 1e-5, 0.01, 200, sampler="bogus")
+
+
+# -- the accountant contract for each sampler --------------------------------------------------
+
+class _SamplerContract(AccountantContract):
+    KW: dict = {}
+    #: sensitivity of the full-batch (q = 1) closed form, and steps per "Gaussian"
+    SENS = 1.0
+    STEPS_PER_GAUSSIAN = 1
+
+    def make(self):
+        return PrivacyBucketsAccountant(**self.KW)
+
+    def add_steps(self, acc, noise_multiplier, sample_rate, count):
+        for _ in range(count):
+            acc.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+
+    def epsilon_bounds(self, acc, delta):
+        b = acc.get_epsilon_bounds(delta)
+        return b.lower, b.upper
+
+    def delta_bounds(self, acc, epsilon):
+        b = acc.get_delta_bounds(epsilon)
+        return b.lower, b.upper
+
+    def save(self, acc):
+        return acc.state_dict()
+
+    def restore(self, state):
+        acc = PrivacyBucketsAccountant(**self.KW)
+        acc.load_state_dict(state)
+        return acc
+
+    @pytest.mark.parametrize("sigma,steps", [(1.0, 1), (2.0, 100), (5.0, 1000)])
+    def test_full_batch_steps_bracket_the_gaussian_closed_form(self, sigma, steps):
+        """q = 1 (every example in every step): Gaussians of this relation's sensitivity,
+        one per step (or per epoch for shuffle)."""
+        acc = self.make()
+        self.add_steps(acc, sigma, 1.0, steps)
+        gaussians = -(-steps // self.STEPS_PER_GAUSSIAN)
+        mu = self.SENS * math.sqrt(gaussians) / sigma
+        for delta in (1e-3, 1e-6, 1e-10):
+            lo, up = self.epsilon_bounds(acc, delta)
+            exact = gaussian_epsilon(delta, mu)
+            assert lo <= exact * (1 + 1e-9) + 1e-12 and up >= exact * (1 - 1e-9)
+            assert up <= exact * 1.01 + 1e-3
+        for eps in (0.5, 2.0):
+            lo, up = self.delta_bounds(acc, eps)
+            exact = float(gaussian_delta(eps, mu))
+            assert lo <= exact * (1 + 1e-9) and up >= exact * (1 - 1e-9)
+
+
+class TestPoissonReplaceOneContract(_SamplerContract):
+    KW = dict(neighbouring="replace_one")
+    SENS = 2.0
+
+
+class TestFixedSizeContract(_SamplerContract):
+    KW = dict(sampler="fixed_size", neighbouring="replace_one")
+    SENS = 2.0
+
+
+class TestShuffleFullBatchContract(_SamplerContract):
+    """n = b: one batch per epoch, so the bracket meets the Gaussian closed form."""
+    KW = dict(sampler="shuffle", neighbouring="replace_special", dataset_size=64, batch_size=64)
+
+
+class TestShuffleContract(_SamplerContract):
+    KW = dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100, batch_size=10)
+    SENS = 2.0
+    STEPS_PER_GAUSSIAN = 10
