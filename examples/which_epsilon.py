@@ -16,6 +16,7 @@ Runs offline in well under a minute:
 
     python examples/which_epsilon.py                 # tables on stdout, PNGs in docs/img
     python examples/which_epsilon.py --quick         # two settings, no PNG (tests)
+    python examples/which_epsilon.py --write-doc     # also refresh docs/which-epsilon.md
 """
 from __future__ import annotations
 
@@ -197,9 +198,26 @@ def plot_chua(path: Path) -> None:
     plt.close(fig)
 
 
+def write_doc(side: str, chua: str, path: Path = REPO / "docs" / "which-epsilon.md") -> None:
+    """Replace the two tables of docs/which-epsilon.md (found by their headers)."""
+    def replace(text, header, table_text):
+        lines = text.split("\n")
+        i = next(k for k, line in enumerate(lines) if line.startswith(header))
+        j = i
+        while j < len(lines) and lines[j].startswith("|"):
+            j += 1
+        return "\n".join(lines[:i] + table_text.split("\n") + lines[j:])
+    text = path.read_text(encoding="utf-8")
+    text = replace(text, "| dataset | sigma | epochs |", side)
+    text = replace(text, "| epsilon | shuffle lower (pb) |", chua)
+    path.write_text(text, encoding="utf-8")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two settings, no figures")
+    parser.add_argument("--write-doc", action="store_true",
+                        help="also write the tables into docs/which-epsilon.md")
     parser.add_argument("--img", default=str(REPO / "docs" / "img"),
                         help="folder of the PNGs (default docs/img)")
     args = parser.parse_args(argv)
@@ -207,11 +225,14 @@ def main(argv=None) -> int:
     if args.quick:
         print(table([(1.0, 10)], {"MNIST": DATASETS["MNIST"]}))
         return 0
+    side, chua = table(SETTINGS, DATASETS), chua_table(chua_rows())
     print(f"## epsilon bounds at delta = {DELTA:g}, batch size {BATCH}\n")
-    print(table(SETTINGS, DATASETS))
+    print(side)
     print(f"\n## Chua et al.'s setting: one epoch, {CHUA_STEPS} steps, sigma = {CHUA_SIGMA} "
           "(delta at each epsilon)\n")
-    print(chua_table(chua_rows()))
+    print(chua)
+    if args.write_doc:
+        write_doc(side, chua)
     img = Path(args.img)
     img.mkdir(parents=True, exist_ok=True)
     plot_epochs(img / "which_epsilon_epochs.png")
