@@ -497,16 +497,19 @@ def noise(args) -> Data:
     delta_ = delta_value(args.delta)
     tol = number("--tol", args.tol, low=MIN_TOL, high=MAX_TOL)
     max_eval = integer("--max-evaluations", args.max_evaluations, minimum=2, maximum=1000)
-    assumed, _ = assumptions_from(args)
-    if not _default(assumed):
-        raise UserError("noise calibrates for --sampler poisson --neighbouring add_remove only; "
-                        "for other samplers check a candidate sigma with `pb-accountant "
-                        "epsilon --sampler ...`")
+    assumed, sampler_notes = assumptions_from(args)
     q, notes = sample_rate(args)
     steps, more = steps_from(args, q)
+    if assumed["sampler"] == "shuffle" and args.epochs is not None:
+        per_epoch = -(-assumed["dataset_size"] // assumed["batch_size"])
+        steps = math.ceil(_fraction("--epochs", args.epochs) * per_epoch)
+        more = [f"{float(_fraction('--epochs', args.epochs)):g} epochs of "
+                f"ceil({assumed['dataset_size']}/{assumed['batch_size']}) = {per_epoch} "
+                f"batches = {steps} steps"]
     if steps < 1:
         raise UserError("--steps must be at least 1 for noise")
-    notes = notes + more
+    notes = notes + more + sampler_notes
+    sizes = {k: v for k, v in assumed.items() if v is not None}
     t0 = time.monotonic()
     with progress_bar(args, None, "searching noise multiplier",
                       "{desc}: {n} evaluations [{elapsed}]{postfix}") as bar:
@@ -514,10 +517,11 @@ def noise(args) -> Data:
             bar.update(1)
             bar.set_postfix_str(text, refresh=False)
         res = find_noise_multiplier(target, delta_, float(q), steps, tol=tol,
-                                    max_evaluations=max_eval, progress=report)
+                                    max_evaluations=max_eval, progress=report, **sizes)
     lo_bound = None
     if res.noise_multiplier is not None:
-        b = _accountant([(res.noise_multiplier, float(q), steps)]).get_epsilon_bounds(delta_)
+        b = accountant_for(assumed, [(res.noise_multiplier, float(q), steps)]
+                           ).get_epsilon_bounds(delta_)
         # both are certified upper bounds: the smaller one is too
         eps_upper = min(res.epsilon_upper, b.upper)
         lo_bound = min(b.lower, eps_upper)
