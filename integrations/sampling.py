@@ -114,13 +114,18 @@ class LoaderSampling:
     """How a data loader forms its batches, as far as duck typing can tell.
 
     ``sampler``: one of :data:`FOUND`; ``source``: what was seen (class names);
-    ``dataset_size``/``batch_size``: the loader's, when readable.
+    ``dataset_size``: the examples one epoch uses (all of them, or fewer when the last
+    partial batch is dropped); ``batch_size``: the batch of one step (over all replicas
+    of a ``DistributedSampler``); None when not readable.  ``upper_only``: each example is
+    in at most one batch per epoch, but not in a uniformly random one of them (fixed
+    order, or examples left out), so only the shuffle bracket's upper bound holds.
     """
 
     sampler: str
     source: str
     dataset_size: Optional[int] = None
     batch_size: Optional[int] = None
+    upper_only: bool = False
 
 
 def _names(obj: Any) -> set:
@@ -189,20 +194,57 @@ def loader_sampling(data_loader: Any) -> Optional[LoaderSampling]:
     names = _names(sampler)
     where = type(sampler).__name__ + ("" if batch_sampler is None
                                       else f" in a {type(batch_sampler).__name__}")
+    drop_last = bool(getattr(batch_sampler, "drop_last", getattr(data_loader, "drop_last", False)))
     if "RandomSampler" in names:
         if getattr(sampler, "replacement", False):
             return LoaderSampling("unknown", where + " (drawing with replacement)", n, b)
-        return LoaderSampling("shuffle", where + " (shuffled once per epoch)", n, b)
+        m = getattr(sampler, "num_samples", n)
+        if n is not None and isinstance(m, numbers.Integral) and m > n:
+            return LoaderSampling("unknown", where + f" (num_samples={m} > {n} examples: "
+                                  "some examples twice per epoch)", n, b)
+        return _epoch_sampling("shuffle", where + " (shuffled once per epoch)", n, m, b,
+                               drop_last)
     if "SubsetRandomSampler" in names:
         m = _size(getattr(sampler, "indices", None))
-        return LoaderSampling("shuffle", where + " (shuffled once per epoch)", m or n, b)
+        return _epoch_sampling("shuffle", where + " (shuffled once per epoch)", m, m, b,
+                               drop_last)
     if "DistributedSampler" in names:
         kind = "shuffle" if getattr(sampler, "shuffle", False) else "sequential"
-        return LoaderSampling(kind, where + (" (shuffled once per epoch)" if kind == "shuffle"
-                                             else " (the same order every epoch)"), n, b)
+        replicas = getattr(sampler, "num_replicas", 1)
+        replicas = int(replicas) if isinstance(replicas, numbers.Integral) and replicas > 0 else 1
+        text = where + (" (shuffled once per epoch" if kind == "shuffle"
+                        else " (the same order every epoch") + f", {replicas} replicas)"
+        m = n
+        if n is not None and n % replicas:
+            if not getattr(sampler, "drop_last", False):
+                return LoaderSampling("unknown", text + ": it pads by repeating examples, "
+                                      "some twice per epoch", n, b)
+            m = n // replicas * replicas
+        return _epoch_sampling(kind, text, n, m, None if b is None else b * replicas,
+                               drop_last)
     if "SequentialSampler" in names:
-        return LoaderSampling("sequential", where + " (the same batches every epoch)", n, b)
+        return _epoch_sampling("sequential", where + " (the same batches every epoch)", n, n,
+                               b, drop_last)
     return LoaderSampling("unknown", where, n, b)
+
+
+def _epoch_sampling(kind: str, source: str, n: Optional[int], used: Optional[int],
+                    b: Optional[int], drop_last: bool) -> LoaderSampling:
+    """A per-epoch sampler using ``used`` of the ``n`` examples in batches of ``b``
+    (the last partial batch dropped with ``drop_last``)."""
+    if used is None or b is None:
+        return LoaderSampling(kind, source, used, b, upper_only=kind == "sequential")
+    partial = used != n
+    if drop_last and used % b:
+        used = used // b * b
+        partial = True
+        source += f"; drop_last leaves {used} examples per epoch"
+    if used < 1:
+        return LoaderSampling("unknown", source + ": no complete batch", n, b)
+    if partial and kind == "shuffle":
+        source += " (some examples left out of each epoch: upper bound only)"
+    return LoaderSampling(kind, source, used, b,
+                          upper_only=kind == "sequential" or partial)
 
 
 def accountant_assumptions(accountant: Any) -> dict:
@@ -247,7 +289,7 @@ def sibling_accountant(accountant: Any, sampling: LoaderSampling) -> Tuple[Any, 
     a loader whose sampler it knows ("shuffle"; "sequential" uses the shuffle
     accountant's upper bound, which assumes no amplification) can be mirrored.
     """
-    if sampling.sampler not in ("shuffle", "sequential", "fixed_size"):
+    if sampling.sampler not in ("shuffle", "sequential"):
         return None, f"no accountant sampler matches a {sampling.sampler} loader"
     if sampling.dataset_size is None or sampling.batch_size is None:
         return None, "the loader's dataset size or batch size is unknown"
@@ -303,8 +345,7 @@ def sampler_check(accountant: Any, data_loader: Any, delta: Optional[float] = No
         history = list(getattr(accountant, "history", []) or [])
         steps = sum(int(e[2]) for e in history)
         if not steps and pending is not None and all(v is not None for v in pending):
-            per_epoch = _size(data_loader) or max(1, -(-sampling.dataset_size
-                                                      // sampling.batch_size))
+            per_epoch = -(-sampling.dataset_size // sampling.batch_size)
             sibling.history = [(float(pending[0]), float(pending[1]), int(per_epoch))]
             when = f"after one epoch ({per_epoch} steps) at noise_multiplier={pending[0]:g}"
         else:
@@ -348,10 +389,12 @@ def _mismatch_message(sampling: LoaderSampling, assumed: dict, implied: Any,
             f"sampler={assumed['sampler']!r}, neighbouring={assumed['neighbouring']!r}: "
             f"its epsilon is not certified for this loader.")
     if implied is not None:
-        if sampling.sampler == "sequential":
-            body = (f" Fixed batches get no amplification: epsilon <= {implied.upper:.6g} at "
-                    f"delta={delta:g} {when} (one unamplified Gaussian per epoch, "
-                    f"neighbouring={getattr(implied, 'neighbouring', '?')!r}).")
+        if sampling.upper_only:
+            body = (f" Each example is in at most one batch per epoch: epsilon <= "
+                    f"{implied.upper:.6g} at delta={delta:g} {when} (one unamplified "
+                    f"Gaussian per epoch, neighbouring="
+                    f"{getattr(implied, 'neighbouring', '?')!r}; no lower bound is certified "
+                    "for this loader).")
         else:
             body = (f" For {sampling.sampler} batches epsilon is in "
                     f"[{implied.lower:.6g}, {implied.upper:.6g}] at delta={delta:g} {when} "

@@ -173,9 +173,10 @@ class BudgetTracker:
                 raise
             self._sink_failed(None, exc, step)
             return check.loader_sampler, 0.0, math.inf, relation
-        # fixed batches (sequential): the shuffle upper bound assumes no amplification
-        # and holds; its lower bound assumes a random permutation, so 0 is reported
-        lower = 0.0 if check.loader_sampler == "sequential" else float(bounds.lower)
+        # fixed batches, or examples left out of an epoch: the shuffle upper bound (no
+        # amplification) holds; its lower bound assumes every example in a uniformly
+        # random batch of every epoch, so 0 is reported
+        lower = 0.0 if check.sampling.upper_only else float(bounds.lower)
         return check.loader_sampler, lower, float(bounds.upper), relation
 
     def check_loader(self, data_loader: Any, *, noise_multiplier: Optional[float] = None,

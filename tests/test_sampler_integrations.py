@@ -77,8 +77,19 @@ def test_loaders_are_recognised():
     assert shuffled == LoaderSampling("shuffle", shuffled.source, N, BATCH)
     assert "RandomSampler" in shuffled.source
     assert loader_sampling(DataLoader(data, batch_size=BATCH)).sampler == "sequential"
+    sequential = loader_sampling(DataLoader(data, batch_size=BATCH))
+    assert sequential.upper_only and not shuffled.upper_only
     dist = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True)
-    assert loader_sampling(DataLoader(data, batch_size=BATCH, sampler=dist)).sampler == "shuffle"
+    found = loader_sampling(DataLoader(data, batch_size=BATCH, sampler=dist))
+    assert (found.sampler, found.dataset_size, found.batch_size) == ("shuffle", N, 2 * BATCH)
+    odd = TensorDataset(torch.zeros(N + 1, 2))
+    padded = DistributedSampler(odd, num_replicas=2, rank=0, shuffle=True)
+    assert loader_sampling(DataLoader(odd, batch_size=BATCH, sampler=padded)).sampler == "unknown"
+    # drop_last: 6 batches of 10 from 64 examples, 4 left out of every epoch
+    dropped = loader_sampling(DataLoader(data, batch_size=10, shuffle=True, drop_last=True))
+    assert (dropped.sampler, dropped.dataset_size, dropped.upper_only) == ("shuffle", 60, True)
+    kept = loader_sampling(DataLoader(data, batch_size=10, shuffle=True))
+    assert (kept.dataset_size, kept.upper_only) == (N, False)
 
     class Stream(IterableDataset):
         def __iter__(self):
@@ -128,6 +139,22 @@ def test_warning_gives_the_shuffle_bracket_of_one_epoch_then_of_the_history():
         check = sampler_check(acc, loader, DELTA)
     expected = shuffle_accountant(acc.history).get_epsilon_bounds(DELTA)
     assert check.implied.upper == expected.upper and "24 steps" in check.message
+
+
+@needs_samplers
+def test_upper_only_loaders_get_no_lower_bound():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+    acc = PrivacyBucketsAccountant()
+    tracker = BudgetTracker(acc, DELTA, sinks=[])
+    loader = DataLoader(TensorDataset(torch.zeros(N, 2)), batch_size=10, shuffle=True,
+                        drop_last=True)
+    with pytest.warns(SamplerMismatchWarning, match="no lower bound is certified"):
+        tracker.check_loader(loader, noise_multiplier=SIGMA, sample_rate=1 / 6)
+    acc.history = [(SIGMA, 1 / 6, 12)]                  # two epochs of 6 batches
+    record = tracker.record()
+    expected = shuffle_accountant(acc.history, n=60, b=10).get_epsilon_bounds(DELTA)
+    assert record.loader_eps_lower == 0.0 and record.loader_eps_upper == expected.upper
 
 
 @needs_samplers
