@@ -71,7 +71,10 @@ class PrivacyBucketsAccountant:
     """Opacus accountant with certified upper and lower epsilon (privacy buckets).
 
     ``get_epsilon(delta)`` returns the certified upper bound (what Opacus expects);
-    ``get_epsilon_bounds(delta)`` returns both bounds.  Keyword options are expert
+    ``get_epsilon_bounds(delta)`` returns both bounds.  ``sampler`` ("poisson",
+    "fixed_size", "shuffle"), ``neighbouring`` ("add_remove", "replace_one",
+    "replace_special"), ``dataset_size`` and ``batch_size`` say how batches were formed
+    (pb_accountant.samplers; docs/method.md §10).  Keyword options are expert
     overrides of the engine (paper's vocabulary): ``number_of_buckets``, ``factor``,
     ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``.
 
@@ -79,8 +82,8 @@ class PrivacyBucketsAccountant:
     tuples; assigning it (lists of tuples or JSON lists of lists) validates it first.
     Thread-safe: ``step`` and every query may run concurrently on one accountant and
     each answer is bitwise what a single thread gets for the history it saw
-    (docs/method.md §8).  Pickling, ``deepcopy`` and ``state_dict`` carry the history
-    and the options only, never the caches.
+    (docs/method.md §8).  Pickling, ``deepcopy`` and ``state_dict`` carry the history,
+    the options and the sampler assumptions only, never the caches.
     """
 
     def __init__(self, sampler: str = "poisson", neighbouring: str = "add_remove",
@@ -332,7 +335,12 @@ class PrivacyBucketsAccountant:
         try:
             if sp.lower is None:
                 pairs = list(sp.upper)
-                if lower:
+                if lower and sp.symmetric:
+                    # self-mirrored pairs: the B||A groups repeat the A||B ones
+                    engine = PrivacyBuckets(self._composer.compose(
+                        pairs, delta, ("split", "grouped-ab")), delta)
+                    result = engine.epsilon_bounds(delta)
+                elif lower:
                     result = adaptive_epsilon_bounds(self._composer, pairs, delta)
                 else:
                     engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)

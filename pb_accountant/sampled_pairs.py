@@ -12,6 +12,7 @@ See docs/method.md, "Samplers and neighbouring relations".
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Tuple
@@ -229,10 +230,12 @@ class MaxOfBatches(DiscretePair):
     relative_error: float = 0.0
 
 
+@functools.lru_cache(maxsize=64)
 def max_of_batches_pair(batches: int, noise_multiplier: float, sensitivity: float) -> MaxOfBatches:
-    """The binned max-of-batches pair for B batches, noise s, shift ``sensitivity``."""
+    """The binned max-of-batches pair for B batches, noise s, shift ``sensitivity``
+    (cached: an immutable value of its arguments)."""
     s = check_noise_multiplier(noise_multiplier, allow_zero=False)
     _, a, b, rel = max_of_batches_masses(batches, sensitivity / s)
-    # normalise only to pass DiscretePair's sum check: both sums are 1 within
-    # a few 1e-15 (the relative error bound covers the masses as stored)
+    # both sums are 1 within rel (DiscretePair checks 1e-9); the masses are stored as
+    # computed and the accountant corrects for ``rel``
     return MaxOfBatches(tuple(a.tolist()), tuple(b.tolist()), relative_error=rel)

@@ -33,7 +33,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._validation import check_choice, check_count
+from ._validation import MIN_NOISE, check_choice, check_count
 from .composition import Composer
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds
 from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussian
@@ -102,8 +102,8 @@ def check_assumptions(sampler="poisson", neighbouring="add_remove", dataset_size
             raise ValueError(
                 "sampler='shuffle' with neighbouring='add_remove' is not supported: adding "
                 "an element shifts the permutation and changes every later batch; use "
-                "neighbouring='replace_special' (zeroing-out, the relation Chua et al. "
-                "2024 use) or 'replace_one'")
+                "neighbouring='replace_special' (x replaced by a zero contribution: Chua "
+                "et al. 2024's one-batch shift by 1) or 'replace_one'")
     return Assumptions(sampler, neighbouring, n, b)
 
 
@@ -122,6 +122,8 @@ class SampledPairs:
     lower_relative_error: float = 0.0
     lower_count: int = 0
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: every pair is its own mirror (B||A has the A||B curve): one lower direction suffices
+    symmetric: bool = False
 
 
 # -- base noise: the pairs are generic over it -------------------------------------------
@@ -138,6 +140,10 @@ class GaussianNoise:
 
     def _point(self) -> "IntegerNoise":
         return IntegerNoise((1.0,), 0)
+
+    def resolves(self, shift: float) -> bool:
+        """Whether the closed forms handle sigma / shift (>= MIN_NOISE, or sigma = 0)."""
+        return self.sigma == 0.0 or self.sigma / shift >= MIN_NOISE
 
     def subsampled(self, q: float, shift: float) -> MechanismPair:
         """A = (1-q) N(0) + q N(shift), B = N(0)."""
@@ -174,6 +180,9 @@ class IntegerNoise:
 
     pmf: Tuple[float, ...]
     offset: int = 0
+
+    def resolves(self, shift) -> bool:
+        return True
 
     def _mixture(self, comps):
         out = {}
@@ -254,6 +263,10 @@ def step_pairs(noise, q: float, sampler: str, neighbouring: str
         pair = noise.symmetric(q) if neighbouring == "replace_one" else noise.subsampled(q, 1)
         return pair, pair
     if sampler == "fixed_size":
+        if not noise.resolves(2):
+            # sigma / 2 below the closed forms' range: the noiseless pair is an upper
+            # bound (noise is post-processing), the shift-1 pair a realised lower one
+            return IntegerNoise((1.0,)).subsampled(q, 2), noise.subsampled(q, 1)
         upper = noise.subsampled(q, 2)
         if neighbouring == "replace_special":
             return upper, noise.subsampled(q, 1)
@@ -331,9 +344,15 @@ def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int,
     epochs whose sigma varies are left out (dropping outputs is post-processing too).
     """
     sens = 2 if neighbouring == "replace_one" else 1
-    return tuple((noise(sigma).max_of_batches(steps_per_epoch, sens), count)
-                 for sigma, full, count in epochs(history, steps_per_epoch)
-                 if full and sigma > 0.0)
+    out = []
+    for sigma, full, count in epochs(history, steps_per_epoch):
+        if not full or sigma == 0.0:
+            continue
+        try:
+            out.append((noise(sigma).max_of_batches(steps_per_epoch, sens), count))
+        except FloatingPointError:
+            continue          # masses not representable: leave these epochs out
+    return tuple(out)
 
 
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
@@ -352,7 +371,12 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
         lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
         rel = max((p.relative_error for p, _ in lower), default=0.0)
         count = sum(c for _, c in lower)
-        return SampledPairs(upper, lower, rel, count, (SHUFFLE_NOTE,))
+        total = sum(c for _, c in upper)
+        notes = (SHUFFLE_NOTE,)
+        if count < total:
+            notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
+                      "and epochs whose noise varies are left out)",)
+        return SampledPairs(upper, lower, rel, count, notes)
     fraction = a.batch_fraction if a.sampler == "fixed_size" else None
     if a.sampler == "fixed_size" and fraction is None:
         notes = ("fixed_size: the batch fraction b/n is taken from the history's "
@@ -370,7 +394,9 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     if a.sampler == "fixed_size" and a.neighbouring == "replace_special":
         notes += ("fixed_size under replace_special: upper bound from the replace_one "
                   "pair, lower bound from the zero-contribution pair",)
-    return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes)
+    symmetric = bool(upper) and all(isinstance(p, SymmetricSubsampledGaussian) for p, _ in upper)
+    return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes,
+                        symmetric)
 
 
 # -- bounds from SampledPairs (the accountant wraps these) -------------------------------

@@ -365,3 +365,58 @@ class TestShuffleContract(_SamplerContract):
     KW = dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100, batch_size=10)
     SENS = 2.0
     STEPS_PER_GAUSSIAN = 10
+
+
+ALL_CONFIGS = [dict(), dict(neighbouring="replace_one"), dict(neighbouring="replace_special"),
+               dict(sampler="fixed_size", neighbouring="replace_one"),
+               dict(sampler="fixed_size", neighbouring="add_remove", dataset_size=100,
+                    batch_size=10),
+               dict(sampler="fixed_size", neighbouring="replace_special", dataset_size=100,
+                    batch_size=10),
+               dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100,
+                    batch_size=10),
+               dict(sampler="shuffle", neighbouring="replace_special", dataset_size=100,
+                    batch_size=30)]
+
+
+@pytest.mark.parametrize("kw", ALL_CONFIGS)
+@pytest.mark.parametrize("sigma", [0.0, 1.5e-6, 1e12])
+def test_extreme_noise_gives_valid_bounds_never_nan(kw, sigma):
+    """sigma = 0, sigma just above the smallest noise (sigma / 2 below it) and huge
+    sigma, with data-free steps (q = 0) mixed in: ordered, in range, never NaN."""
+    acc = PrivacyBucketsAccountant(**kw)
+    acc.history = [(sigma, 0.1, 30), (1.0, 0.0, 5)]
+    b = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 <= b.lower <= b.upper and not math.isnan(b.upper)
+    d = acc.get_delta_bounds([0.0, 1.0])
+    assert np.all((0.0 <= d.lower) & (d.lower <= d.upper) & (d.upper <= 1.0))
+    if sigma == 0.0:
+        assert b.upper == math.inf
+    if sigma == 1e12:
+        assert b.upper < 1e-6
+
+
+def test_threads_get_the_single_threaded_bits_for_every_sampler():
+    import threading
+    configs = [dict(neighbouring="replace_one"),
+               dict(sampler="fixed_size", neighbouring="add_remove", dataset_size=100,
+                    batch_size=10),
+               dict(sampler="shuffle", neighbouring="replace_special", dataset_size=100,
+                    batch_size=10)]
+    for kw in configs:
+        reference = PrivacyBucketsAccountant(**kw)
+        reference.history = [(1.2, 0.1, 45)]
+        expected = reference.get_epsilon_bounds(1e-5)
+        shared = PrivacyBucketsAccountant(**kw)
+        shared.history = [(1.2, 0.1, 45)]
+        answers = []
+
+        def ask():
+            answers.append(shared.get_epsilon_bounds(1e-5))
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == [expected] * 4
