@@ -254,7 +254,7 @@ def test_opacus_with_a_shuffle_accountant_is_silent_and_certified():
 
 def test_hf_trainer_loader_warns_and_logs_which_sampler(tmp_path):
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from torch import nn
     from torch.utils.data import Dataset
     from transformers import Trainer, TrainingArguments, default_data_collator
