@@ -24,6 +24,9 @@ _EXPORTS = {
     "SinkErrorWarning": "tracker",
     "check_sample_rate": "sampling",
     "SampleRateWarning": "sampling",
+    "SamplerMismatchWarning": "sampling",
+    "loader_sampling": "sampling",
+    "sampler_check": "sampling",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -76,6 +76,11 @@ class BudgetMonitor:
         self.sample_rate = q
         if q is not None:
             check_sample_rate(q, data_loader, stacklevel=4)
+        if data_loader is None and opt is not None:
+            data_loader = getattr(opt, "_pb_data_loader", None)   # set by make_private
+        if data_loader is not None and self.tracker.loader_check is None:
+            self.tracker.check_loader(data_loader, noise_multiplier=self.noise_multiplier,
+                                      sample_rate=q, stacklevel=4)
         if self.max_epsilon is not None:
             self.guard = BudgetGuard(self.source, self.max_epsilon, self.delta, mode="stop",
                                      noise_multiplier=self.noise_multiplier, sample_rate=q)
@@ -139,7 +144,8 @@ class BudgetMonitor:
             bound = None if ahead is None else ahead.upper
             self.stop_reason = (
                 f"stopping: one more step would exceed max_epsilon={self.max_epsilon:g} at "
-                f"delta={self.delta:g}" + ("" if bound is None else f" (eps_upper {bound:.6g})"))
+                f"delta={self.delta:g}" + ("" if bound is None else f" (eps_upper {bound:.6g}")
+                + f"{' (' if bound is None else ', '}{self.guard.assumption_text()})")
             if record is None:
                 record = self._record("stop", step, epoch)
         return record, stop

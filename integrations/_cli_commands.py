@@ -243,6 +243,73 @@ def schedule_from(args) -> Tuple[Schedule, List[str]]:
     return schedule, notes
 
 
+SAMPLER_CHOICES = ("poisson", "fixed_size", "shuffle")           # pb_accountant.samplers
+NEIGHBOURING_CHOICES = ("add_remove", "replace_one", "replace_special")
+
+
+def assumptions_from(args) -> Tuple[Data, List[str]]:
+    """(sampler, neighbouring, dataset_size, batch_size) from --sampler/--neighbouring.
+
+    Poisson needs no sizes (--batch-size/--dataset-size only give its rate); the other
+    samplers need both, in the single-phase form.  Shuffling under add_remove is not
+    defined (adding an example moves every later batch): without --neighbouring it is
+    accounted under replace_special, with a note.
+    """
+    sampler = getattr(args, "sampler", None) or "poisson"
+    relation = getattr(args, "neighbouring", None)
+    notes: List[str] = []
+    if relation is None:
+        relation = "add_remove"
+        if sampler == "shuffle":
+            relation = "replace_special"
+            notes.append("neighbouring=replace_special (zeroing out one example): add_remove "
+                         "is not defined for shuffling; for Poisson both give the same pair")
+    out: Data = {"sampler": sampler, "neighbouring": relation, "dataset_size": None,
+                 "batch_size": None}
+    if sampler != "poisson":
+        if getattr(args, "batch_size", None) is None or getattr(args, "dataset_size", None) is None:
+            raise UserError(f"--sampler {sampler} needs --batch-size and --dataset-size "
+                            "(they fix the batches; --segment and --schedule are Poisson only)")
+        out["batch_size"] = integer("--batch-size", args.batch_size, minimum=1)
+        out["dataset_size"] = integer("--dataset-size", args.dataset_size, minimum=1)
+    try:
+        accountant_for(out)
+    except ValueError as exc:
+        text = str(exc).replace("sampler=", "--sampler ").replace("neighbouring=", "--neighbouring ")
+        raise UserError(text) from None
+    return out, notes
+
+
+def accountant_for(assumptions: Optional[Data] = None, schedule: Optional[Schedule] = None):
+    """A ``PrivacyBucketsAccountant`` under ``assumptions`` holding ``schedule``."""
+    from pb_accountant import PrivacyBucketsAccountant
+    kwargs = {k: v for k, v in (assumptions or {}).items() if v is not None}
+    acc = PrivacyBucketsAccountant(**kwargs) if kwargs.get("sampler", "poisson") != "poisson" \
+        or kwargs.get("neighbouring", "add_remove") != "add_remove" else PrivacyBucketsAccountant()
+    if schedule is not None:
+        acc.history = [(float(s), float(q), int(t)) for s, q, t in schedule]
+    return acc
+
+
+def sampled_schedule_from(args) -> Tuple[Schedule, List[str], Data]:
+    """:func:`schedule_from` plus the assumptions; for shuffling, --epochs counts
+    ceil(dataset size / batch size) steps per epoch (a DataLoader with drop_last=False)."""
+    assumed, more = assumptions_from(args)
+    schedule, notes = schedule_from(args)
+    if assumed["sampler"] == "shuffle" and args.epochs is not None:
+        epochs = _fraction("--epochs", args.epochs)
+        per_epoch = -(-assumed["dataset_size"] // assumed["batch_size"])
+        steps = math.ceil(epochs * per_epoch)
+        if steps > MAX_STEPS:
+            raise UserError(f"--epochs {args.epochs} is {steps} steps, more than {MAX_STEPS:g}")
+        s, q, _ = schedule[0]
+        schedule = [(s, q, steps)]
+        notes = [n for n in notes if "epochs / sample rate" not in n]
+        notes.append(f"{float(epochs):g} epochs of ceil({assumed['dataset_size']}/"
+                     f"{assumed['batch_size']}) = {per_epoch} batches = {steps} steps")
+    return schedule, notes + more, assumed
+
+
 def schedule_json(schedule: Schedule) -> List[Data]:
     return [{"noise_multiplier": s, "sample_rate": q, "steps": t} for s, q, t in schedule]
 
@@ -361,13 +428,13 @@ def _steps(schedule: Schedule) -> int:
 
 
 def epsilon(args) -> Data:
-    schedule, notes = schedule_from(args)
+    schedule, notes, assumed = sampled_schedule_from(args)
     delta = delta_value(args.delta)
     with busy(args, "computing the bounds"):
-        b = _accountant(schedule).get_epsilon_bounds(delta)
+        b = accountant_for(assumed, schedule).get_epsilon_bounds(delta)
     return {"command": "epsilon", "delta": delta, "schedule": schedule_json(schedule),
             "steps": _steps(schedule), "eps_lower": b.lower, "eps_upper": b.upper,
-            "notes": _notes(notes + list(b.notes))}
+            **assumed, "notes": _notes(notes + list(b.notes))}
 
 
 def _engine(schedule: Schedule, grid_delta: float):
@@ -389,14 +456,24 @@ def _engine(schedule: Schedule, grid_delta: float):
 
 def delta(args) -> Data:
     import numpy as np
-    schedule, notes = schedule_from(args)
+    schedule, notes, assumed = sampled_schedule_from(args)
     if len(args.epsilon) > MAX_NUM:
         raise UserError(f"--epsilon takes at most {MAX_NUM} values")
     eps = [number("--epsilon", e, low=0.0) for e in args.epsilon]
     grid_delta = delta_value(args.min_delta, "--min-delta")
-    with busy(args, "composing"):
-        pb, reason = _engine(schedule, grid_delta)
-    if pb is None:
+    if _default(assumed):
+        with busy(args, "composing"):
+            pb, reason = _engine(schedule, grid_delta)
+    else:                                   # the accountant composes the sampler's pairs
+        pb, reason = None, None
+        with busy(args, "composing"):
+            db = accountant_for(assumed, schedule).get_delta_bounds(np.asarray(eps, dtype=float))
+        lows = np.atleast_1d(db.lower).tolist()
+        ups = np.atleast_1d(db.upper).tolist()
+        notes = notes + list(db.notes)
+    if reason is None and pb is None:
+        pass
+    elif pb is None:
         lows, ups = [0.0] * len(eps), [1.0] * len(eps)
         notes = notes + [f"delta cannot be certified below 1: {reason}"]
     else:
@@ -405,9 +482,13 @@ def delta(args) -> Data:
         ups = np.atleast_1d(db.upper).tolist()
         notes = notes + list(pb.notes(grid_delta)) + list(db.notes)
     return {"command": "delta", "schedule": schedule_json(schedule), "steps": _steps(schedule),
-            "results": [{"epsilon": e, "delta_lower": lo, "delta_upper": hi}
-                        for e, lo, hi in zip(eps, lows, ups)],
+            **assumed, "results": [{"epsilon": e, "delta_lower": lo, "delta_upper": hi}
+                                   for e, lo, hi in zip(eps, lows, ups)],
             "notes": _notes(notes)}
+
+
+def _default(assumed: Data) -> bool:
+    return assumed["sampler"] == "poisson" and assumed["neighbouring"] == "add_remove"
 
 
 def noise(args) -> Data:
@@ -416,11 +497,19 @@ def noise(args) -> Data:
     delta_ = delta_value(args.delta)
     tol = number("--tol", args.tol, low=MIN_TOL, high=MAX_TOL)
     max_eval = integer("--max-evaluations", args.max_evaluations, minimum=2, maximum=1000)
+    assumed, sampler_notes = assumptions_from(args)
     q, notes = sample_rate(args)
     steps, more = steps_from(args, q)
+    if assumed["sampler"] == "shuffle" and args.epochs is not None:
+        per_epoch = -(-assumed["dataset_size"] // assumed["batch_size"])
+        steps = math.ceil(_fraction("--epochs", args.epochs) * per_epoch)
+        more = [f"{float(_fraction('--epochs', args.epochs)):g} epochs of "
+                f"ceil({assumed['dataset_size']}/{assumed['batch_size']}) = {per_epoch} "
+                f"batches = {steps} steps"]
     if steps < 1:
         raise UserError("--steps must be at least 1 for noise")
-    notes = notes + more
+    notes = notes + more + sampler_notes
+    sizes = {k: v for k, v in assumed.items() if v is not None}
     t0 = time.monotonic()
     with progress_bar(args, None, "searching noise multiplier",
                       "{desc}: {n} evaluations [{elapsed}]{postfix}") as bar:
@@ -428,10 +517,11 @@ def noise(args) -> Data:
             bar.update(1)
             bar.set_postfix_str(text, refresh=False)
         res = find_noise_multiplier(target, delta_, float(q), steps, tol=tol,
-                                    max_evaluations=max_eval, progress=report)
+                                    max_evaluations=max_eval, progress=report, **sizes)
     lo_bound = None
     if res.noise_multiplier is not None:
-        b = _accountant([(res.noise_multiplier, float(q), steps)]).get_epsilon_bounds(delta_)
+        b = accountant_for(assumed, [(res.noise_multiplier, float(q), steps)]
+                           ).get_epsilon_bounds(delta_)
         # both are certified upper bounds: the smaller one is too
         eps_upper = min(res.epsilon_upper, b.upper)
         lo_bound = min(b.lower, eps_upper)
@@ -446,7 +536,7 @@ def noise(args) -> Data:
             "relative_tolerance": res.relative_tolerance, "eps_lower": lo_bound,
             "eps_upper": eps_upper, "evaluations": res.evaluations,
             "reason": None if res.reason is None else user_terms(res.reason),
-            "notes": _notes(notes), **({"seconds": round(elapsed, 3)} if args.timing else {})}
+            **assumed, "notes": _notes(notes), **({"seconds": round(elapsed, 3)} if args.timing else {})}
 
 
 def peer_names(args) -> List[str]:
@@ -482,39 +572,57 @@ def _run_peers(args, names, schedule, deltas, bar) -> Dict[str, Any]:
 
 def compare(args) -> Data:
     from .peers import peer_description
-    schedule, notes = schedule_from(args)
+    schedule, notes, assumed = sampled_schedule_from(args)
     delta_ = delta_value(args.delta)
     names = peer_names(args)
     _peer_limits(args)                                   # checked before any work
     rows = []
+    poisson = {"sampler": "poisson", "neighbouring": "add_remove"}
     with progress_bar(args, len(names) + 1, "compare") as bar:
         bar.set_postfix_str("pb", refresh=True)
         t = time.monotonic()
-        b = _accountant(schedule).get_epsilon_bounds(delta_)
+        b = accountant_for(assumed, schedule).get_epsilon_bounds(delta_)
         dt = time.monotonic() - t
         bar.update(1)
         rows.append({"method": "pb", "label": "pb-accountant (privacy buckets)",
                      "eps_lower": b.lower, "eps_upper": b.upper, "status": "ok", "reason": "",
                      "kind": "certified lower and upper bounds", "available": True,
+                     "sampler": assumed["sampler"], "neighbouring": assumed["neighbouring"],
                      **({"seconds": round(dt, 3)} if args.timing else {})})
+        if not _default(assumed):        # Poisson's number beside it, as the peers give
+            pb_poisson = accountant_for(None, schedule).get_epsilon_bounds(delta_)
+            rows.append({"method": "pb-poisson", "label": "pb-accountant, Poisson",
+                         "eps_lower": pb_poisson.lower, "eps_upper": pb_poisson.upper,
+                         "status": "ok", "reason": "", "available": True, **poisson,
+                         "kind": "certified for Poisson sampling only (for comparison)",
+                         **({"seconds": None} if args.timing else {})})
         peers = _run_peers(args, names, schedule, [delta_], bar)
     for name in names:
         label, kind = peer_description(name)
         r = peers[name]
         lo, hi = r.pairs[0] if r.status == "ok" else (None, None)
+        if not _default(assumed):
+            kind += " (for Poisson sampling, add_remove)"
         rows.append({"method": name, "label": label, "eps_lower": lo, "eps_upper": hi,
                      "status": r.status, "reason": r.reason, "kind": kind,
-                     "available": r.status == "ok",
+                     "available": r.status == "ok", **poisson,
                      **({"seconds": None if r.seconds is None else round(r.seconds, 3)}
                         if args.timing else {})})
+    if names and not _default(assumed):
+        notes = notes + ["the peers account Poisson sampling with add/remove neighbours: "
+                         f"their numbers are not bounds for sampler={assumed['sampler']}"]
     return {"command": "compare", "delta": delta_, "schedule": schedule_json(schedule),
-            "steps": _steps(schedule), "results": rows, "notes": _notes(notes + list(b.notes))}
+            "steps": _steps(schedule), **assumed, "results": rows,
+            "notes": _notes(notes + list(b.notes))}
 
 
 def curve(args) -> Tuple[Data, Any]:
     """(data, files): ``files`` is an AtomicFiles ready to commit (nothing on disk yet)."""
     import numpy as np
-    schedule, notes = schedule_from(args)
+    schedule, notes, assumed = sampled_schedule_from(args)
+    if args.compare and not _default(assumed):
+        raise UserError("--compare overlays peers that account Poisson sampling with "
+                        "add/remove neighbours only; drop --compare or --sampler/--neighbouring")
     num = integer("--num", args.num, minimum=2, maximum=MAX_NUM)
     points = integer("--compare-points", args.compare_points, minimum=2,
                      maximum=MAX_COMPARE_POINTS)
@@ -541,13 +649,25 @@ def curve(args) -> Tuple[Data, Any]:
     names = peer_names(args) if args.compare else []
     if args.compare:
         _peer_limits(args)
-    with busy(args, "composing"):
-        pb, reason = _engine(schedule, grid_delta)
+    sampled = None
+    if _default(assumed):
+        with busy(args, "composing"):
+            pb, reason = _engine(schedule, grid_delta)
+    else:                                   # the accountant composes the sampler's pairs
+        sampled, pb, reason = accountant_for(assumed, schedule), None, None
     if eps_max is None:
-        top = pb.epsilon_bounds(grid_delta).upper if pb is not None else math.inf
+        if sampled is not None:
+            top = sampled.get_epsilon_bounds(grid_delta).upper
+        else:
+            top = pb.epsilon_bounds(grid_delta).upper if pb is not None else math.inf
         eps_max = 1.0 if (not math.isfinite(top) or top <= 0) else top
     epsilons = np.linspace(0.0, eps_max, num)
-    if pb is None:
+    if sampled is not None:
+        with busy(args, "composing"):
+            db = sampled.get_delta_bounds(epsilons)
+        lower, upper = np.asarray(db.lower, dtype=float), np.asarray(db.upper, dtype=float)
+        notes = notes + list(db.notes)
+    elif pb is None:
         lower, upper = np.zeros(num), np.ones(num)
         notes = notes + [f"delta cannot be certified below 1: {reason}"]
     else:
@@ -597,7 +717,7 @@ def curve(args) -> Tuple[Data, Any]:
         raise
     data = {"command": "curve", "schedule": sched, "steps": _steps(schedule),
             "png": png_path, "csv": csv_path, "peers_csv": peers_csv, "points": num,
-            "eps_max": float(eps_max), "peers": peer_status, "notes": _notes(notes)}
+            "eps_max": float(eps_max), "peers": peer_status, **assumed, "notes": _notes(notes)}
     if not (png_path or csv_path):
         data["curve"] = [{"epsilon": float(e), "delta_lower": float(lo), "delta_upper": float(hi)}
                          for e, lo, hi in zip(epsilons, lower, upper)]

@@ -110,10 +110,26 @@ def _notes(notes: Sequence[str]) -> str:
     return "".join(f"note: {n}\n" for n in notes)
 
 
+_SAMPLER_TEXT = {"poisson": "Poisson-subsampled Gaussian",
+                 "fixed_size": "Gaussian, fixed-size batches drawn without replacement",
+                 "shuffle": "Gaussian, batches of one shuffle per epoch"}
+
+
+def assumption_text(data: Data) -> str:
+    """``sampler=..., neighbouring=...`` (and the sizes) a result assumes."""
+    text = (f"sampler={data.get('sampler', 'poisson')}, "
+            f"neighbouring={data.get('neighbouring', 'add_remove')}")
+    if data.get("dataset_size") is not None and data.get("sampler", "poisson") != "poisson":
+        text += f", dataset_size={data['dataset_size']}, batch_size={data['batch_size']}"
+    return text
+
+
 def _heading(data: Data, with_delta: bool = True) -> str:
-    text = f"DP-SGD (Poisson-subsampled Gaussian), {data['steps']} steps"
+    kind = _SAMPLER_TEXT.get(data.get("sampler", "poisson"), data.get("sampler"))
+    text = f"DP-SGD ({kind}), {data['steps']} steps"
     if with_delta:
         text += f", delta = {data['delta']:g}"
+    text += f"\nassumes: {assumption_text(data)}"
     return text + "\n\n" + _schedule_table(data["schedule"]) + "\n\n"
 
 
@@ -126,7 +142,8 @@ def render_epsilon(data: Data) -> str:
     out = _heading(data)
     out += table(["eps_lower", "eps_upper", "rel_width"],
                  [[down(lo), up(hi), _width(lo, hi)]], "rrr") + "\n\n"
-    out += f"certified: {down(lo)} <= epsilon <= {up(hi)} at delta = {data['delta']:g}\n"
+    out += (f"certified: {down(lo)} <= epsilon <= {up(hi)} at delta = {data['delta']:g} "
+            f"({assumption_text(data)})\n")
     return out + _notes(data["notes"])
 
 
@@ -140,7 +157,8 @@ def render_delta(data: Data) -> str:
 
 def render_noise(data: Data) -> str:
     head = (f"noise multiplier for epsilon <= {data['target_epsilon']:g} at delta = "
-            f"{data['delta']:g}, sample rate {data['sample_rate']:g}, {data['steps']} steps\n\n")
+            f"{data['delta']:g}, sample rate {data['sample_rate']:g}, {data['steps']} steps\n"
+            f"assumes: {assumption_text(data)}\n\n")
     sigma = data["noise_multiplier"]
     timing = f", {data['seconds']:.1f} s" if data.get("seconds") is not None else ""
     if sigma is None:

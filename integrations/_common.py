@@ -40,7 +40,33 @@ def accountant_state(accountant: Any) -> Optional[dict]:
     out = {"history": history, "mechanism": state.get("mechanism")}
     if state.get("options") is not None:           # pb's constructor options ride along
         out["options"] = dict(state["options"])
+    for key, value in state.items():               # and whatever else the engine keeps
+        if key not in out and isinstance(value, (str, int, float, bool, type(None), dict)):
+            out[key] = dict(value) if isinstance(value, dict) else value
+    from .sampling import accountant_assumptions
+    out["assumptions"] = accountant_assumptions(accountant)   # sampler, relation, sizes
     return out
+
+
+def _check_assumptions(accountant: Any, state: dict) -> None:
+    """ValueError when the saved bounds assumed another sampler, relation or sizes.
+
+    A state saved before samplers existed (no ``assumptions``) assumed Poisson sampling
+    with add/remove neighbours.
+    """
+    from .sampling import DEFAULT_NEIGHBOURING, DEFAULT_SAMPLER, accountant_assumptions
+    saved = state.get("assumptions")
+    if saved is None:
+        saved = {"sampler": DEFAULT_SAMPLER, "neighbouring": DEFAULT_NEIGHBOURING}
+    if not isinstance(saved, dict):
+        raise ValueError(f"saved accountant state['assumptions'] must be a dict, got {saved!r}")
+    mine = accountant_assumptions(accountant)
+    for key in ("sampler", "neighbouring", "dataset_size", "batch_size"):
+        if key in saved and saved[key] != mine[key]:
+            raise ValueError(
+                f"the checkpoint's privacy budget was computed with {key}={saved[key]!r} but "
+                f"this accountant has {key}={mine[key]!r}; resume with an accountant "
+                f"configured as the checkpoint's ({saved!r})")
 
 
 def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
@@ -55,11 +81,12 @@ def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
         return "none"
     if not isinstance(state, dict) or "history" not in state:
         raise ValueError(f"saved accountant state must be a dict with 'history', got {state!r}")
+    _check_assumptions(accountant, state)       # before anything changes
     saved = [tuple(entry) for entry in state["history"]]
     current = [tuple(entry) for entry in (getattr(accountant, "history", None) or [])]
-    full = {"history": saved, "mechanism": state.get("mechanism")}
-    if state.get("options") is not None:
-        full["options"] = state["options"]
+    full = dict(state)
+    full["history"] = saved
+    full.setdefault("mechanism", None)
     if current == saved:
         if "options" in full:
             accountant.load_state_dict(full)   # raises if the options differ

@@ -163,6 +163,18 @@ def _add_schedule(p) -> None:
                           "such objects, one per phase")
 
 
+def _add_sampler(p) -> None:
+    grp = p.add_argument_group("sampler (docs/which-epsilon.md)")
+    grp.add_argument("--sampler", choices=commands.SAMPLER_CHOICES, default="poisson",
+                     help="how batches are formed: poisson (default, Opacus's DPDataLoader), "
+                          "fixed_size (b of n without replacement each step) or shuffle (one "
+                          "permutation per epoch); the last two need --batch-size and "
+                          "--dataset-size")
+    grp.add_argument("--neighbouring", choices=commands.NEIGHBOURING_CHOICES, default=None,
+                     help="neighbouring relation (default add_remove; replace_special for "
+                          "shuffle, where add_remove is not defined)")
+
+
 def _add_output(p, progress: bool = False, timing: bool = False) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     if progress:
@@ -200,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("epsilon", help="certified epsilon bounds at a delta")
     _add_schedule(p)
     p.add_argument("--delta", required=True)
+    _add_sampler(p)
     _add_output(p, progress=True)
     p.set_defaults(func=cmd_epsilon)
 
@@ -209,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-delta", default="1e-8",
                    help="smallest delta to resolve; sizes the grid (default 1e-8; smaller is "
                         "slower)")
+    _add_sampler(p)
     _add_output(p, progress=True)
     p.set_defaults(func=cmd_delta)
 
@@ -223,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{commands.MAX_TOL:g}] (default 1e-3)")
     p.add_argument("--max-evaluations", default="80",
                    help="most accountant evaluations of the search (default 80)")
+    _add_sampler(p)
     _add_output(p, progress=True, timing=True)
     p.set_defaults(func=cmd_noise, sigma=None, segment=None, schedule=None)
 
@@ -244,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overlay Opacus RDP/PRV and dp_accounting PLD when installed")
     _add_peer_limits(p)
     p.add_argument("--compare-points", default="16", help=argparse.SUPPRESS)
+    _add_sampler(p)
     _add_output(p, progress=True)
     p.set_defaults(func=cmd_curve)
 
@@ -251,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_schedule(p)
     p.add_argument("--delta", required=True)
     _add_peer_limits(p)
+    _add_sampler(p)
     _add_output(p, progress=True, timing=True)
     p.set_defaults(func=cmd_compare)
     _add_risk_and_report(sub)

@@ -50,6 +50,7 @@ from pb_accountant.results import EpsilonBounds
 from ._common import (accumulated_iterations, epsilon_after,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       schedule_in_force, steps_taken)
+from .sampling import accountant_assumptions, sampler_check
 from .sampling import check_sample_rate as warn_on_sample_rate
 
 __all__ = ["BudgetGuard", "BudgetExceededError"]
@@ -171,10 +172,22 @@ class BudgetGuard:
         self._curve = None                                   # the schedule of _points
         self._memo = None
         self._allowed = 0
+        self.loader_check = None      # sampling.SamplerCheck of the loader given to attach
 
     @property
     def accountant(self) -> Any:
         return resolve_accountant(self._source)
+
+    @property
+    def assumptions(self) -> dict:
+        """The sampler, neighbouring relation and sizes the guarded bounds assume: the
+        guard stops on the certified upper bound *of the accountant's configured
+        sampler* (docs/which-epsilon.md), whatever loader feeds training."""
+        return accountant_assumptions(self.accountant)
+
+    def assumption_text(self) -> str:
+        a = self.assumptions
+        return f"sampler={a['sampler']}, neighbouring={a['neighbouring']}"
 
     # -- the check ---------------------------------------------------------------------
     def _schedule(self, noise_multiplier, sample_rate):
@@ -375,8 +388,8 @@ class BudgetGuard:
         span = ""
         if self.every_n_steps is not None and self.lookahead:
             span = f" (checked {max(k, self.every_n_steps)} steps ahead, every_n_steps)"
-        message = (f"privacy budget exceeded: the next step would take the certified epsilon to "
-                   f"{bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
+        message = (f"privacy budget exceeded: the next step would take the certified epsilon "
+                   f"({self.assumption_text()}) to {bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
                    + span + ("" if steps is None else f" after {steps} steps")
                    + "; the step was not taken")
         if math.isinf(bounds.upper) and bounds.notes:
@@ -430,7 +443,10 @@ class BudgetGuard:
         sample_rate x accumulated iterations - is checked before Opacus clips, noises,
         accounts and updates.  The sample rate is the one the accounting hook was
         built with, else ``sample_rate``, else 1/len(data_loader).  A refused step in
-        mode "stop" discards the gradients (``zero_grad``) and returns None.
+        mode "stop" discards the gradients (``zero_grad``) and returns None.  A
+        ``data_loader`` that is not the accountant's sampler is warned about
+        (``SamplerMismatchWarning``, docs/which-epsilon.md): the guard stops on the
+        configured accountant's bound, not the loader's.
         """
         opt = find_dp_optimizer(optimizer)
         if opt is None:
@@ -444,6 +460,10 @@ class BudgetGuard:
             raise ValueError("cannot tell the optimizer's sample rate: pass sample_rate= or "
                              "data_loader= to attach()")
         warn_on_sample_rate(q, data_loader, stacklevel=3)
+        if data_loader is not None:      # the guard stops on the configured sampler's bound
+            self.loader_check = sampler_check(self.accountant, data_loader, self.delta,
+                                              pending=(float(opt.noise_multiplier), q),
+                                              stacklevel=3)
         had_own_step = "step" in vars(opt)
         first_param = next(iter(getattr(opt, "params", None) or []), None)
         original = opt.step

@@ -6,7 +6,7 @@
 
 Every ``log_every_n_steps`` optimisation steps (default: ``args.logging_steps``) the
 certified bounds are recorded: appended to ``state.log_history`` as
-``{"epsilon_lower", "epsilon_upper", "delta", "step"}`` (so they land in
+``{"epsilon_lower", "epsilon_upper", "delta", "step", "sampler", "neighbouring"}`` (so they land in
 ``trainer_state.json``), added to the next ``on_log`` payload (seen by callbacks
 registered after this one, such as the printer; the ``report_to`` integrations run
 before user callbacks and do not see it: use a ``TensorBoardSink``), and written to
@@ -20,6 +20,12 @@ The Trainer clears gradients with ``model.zero_grad()`` only, which leaves Opacu
 ``summed_grad`` in place, so the second step fails ("Gradients haven't been cleared
 since the last optimizer step").  With ``clear_dp_gradients=True`` (default) the
 callback calls the DPOptimizer's ``zero_grad`` at the start of every step.
+
+The Trainer's own loader shuffles once per epoch (a ``RandomSampler``), which is not
+the Poisson sampling the default accountant assumes: at ``on_train_begin`` the callback
+compares the two and warns with a ``SamplerMismatchWarning`` naming the epsilon the
+loader implies; the entries then also hold ``loader_sampler`` and the loader's bracket
+(``shuffle_epsilon_lower``/``shuffle_epsilon_upper``; docs/which-epsilon.md).
 
 Resuming: at every checkpoint (``on_save``) the callback writes ``STATE_FILE``
 (the accountant's history, the tracker's counters and the guard's state, JSON) into
@@ -117,7 +123,13 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
         if record is None:
             return
         entry = {"epsilon_lower": record.eps_lower, "epsilon_upper": record.eps_upper,
-                 "delta": record.delta, "step": state.global_step}
+                 "delta": record.delta, "step": state.global_step,
+                 "sampler": record.sampler, "neighbouring": record.neighbouring}
+        if record.loader_sampler is not None:
+            entry["loader_sampler"] = record.loader_sampler
+        if record.certified_for_loader is False and record.loader_eps_upper is not None:
+            entry[f"{record.loader_sampler}_epsilon_lower"] = record.loader_eps_lower
+            entry[f"{record.loader_sampler}_epsilon_upper"] = record.loader_eps_upper
         state.log_history.append(entry)
         self._pending_log = entry
 
@@ -153,8 +165,9 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs is not None and self._pending_log is not None:
-            logs.setdefault("epsilon_lower", self._pending_log["epsilon_lower"])
-            logs.setdefault("epsilon_upper", self._pending_log["epsilon_upper"])
+            for key, value in self._pending_log.items():       # numbers only: loggers plot them
+                if key.endswith(("epsilon_lower", "epsilon_upper")):
+                    logs.setdefault(key, value)
             self._pending_log = None
         return control
 

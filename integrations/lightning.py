@@ -12,10 +12,18 @@ Writes ``epsilon_lower`` and ``epsilon_upper`` to the trainer's loggers every
 trainer's optimizer is an Opacus ``DPOptimizer`` a :class:`~pb_accountant.integrations.guard.BudgetGuard`
 in mode "stop" is also attached to it, so no step past the budget can be taken.
 
+Lightning's default training loader (``DataLoader(shuffle=True)``) shuffles once per
+epoch, which is not the Poisson sampling the default accountant assumes: at
+``on_train_start`` the callback compares the two and warns with a
+``SamplerMismatchWarning`` naming the epsilon the loader implies; the loggers then also
+get the loader's bracket as ``shuffle_epsilon_lower``/``shuffle_epsilon_upper``
+(docs/which-epsilon.md).
+
 The accountant's history, the tracker's counters and the guard's state are part of
 the callback's ``state_dict()``, which Lightning stores in every checkpoint: a run
 resumed with ``trainer.fit(..., ckpt_path=...)`` continues from the privacy already
-spent.  Resuming at ``global_step > 0`` with an empty accountant and no such state
+spent (a checkpoint whose accountant assumed another sampler or neighbouring relation
+is refused with a ValueError).  Resuming at ``global_step > 0`` with an empty accountant and no such state
 raises :class:`~pb_accountant.integrations.BudgetStateError`.
 """
 from __future__ import annotations
@@ -76,6 +84,9 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
             return
         values = {"epsilon_lower": float(record.eps_lower),
                   "epsilon_upper": float(record.eps_upper)}
+        if record.certified_for_loader is False and record.loader_eps_upper is not None:
+            values[f"{record.loader_sampler}_epsilon_lower"] = float(record.loader_eps_lower)
+            values[f"{record.loader_sampler}_epsilon_upper"] = float(record.loader_eps_upper)
         for name, value in values.items():
             pl_module.log(name, value, on_step=on_step, on_epoch=not on_step,
                           prog_bar=self.prog_bar, logger=False)

@@ -18,11 +18,14 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
 
 from pb_accountant._validation import check_real
 
-__all__ = ["SampleRateWarning", "check_sample_rate", "loader_sample_rate"]
+__all__ = ["SampleRateWarning", "check_sample_rate", "loader_sample_rate",
+           "SamplerMismatchWarning", "LoaderSampling", "loader_sampling", "SamplerCheck",
+           "sampler_check", "accountant_assumptions", "sibling_accountant"]
 
 _REL_TOL = 1e-9
 
@@ -88,3 +91,324 @@ def check_sample_rate(sample_rate: float, data_loader: Any = None, *,
     for message in problems:
         warnings.warn(message, SampleRateWarning, stacklevel=stacklevel)
     return problems
+
+
+# --------------------------------------------------------------------------------------
+# which sampler feeds training? (issue 13: no silent sampler mismatch)
+# --------------------------------------------------------------------------------------
+
+#: what :func:`loader_sampling` can find; "poisson", "shuffle" and "fixed_size" are
+#: accountant samplers (``pb_accountant.samplers.SAMPLERS``), "sequential" (the same
+#: batches every epoch) and "unknown" are not
+FOUND = ("poisson", "shuffle", "fixed_size", "sequential", "unknown")
+
+DEFAULT_SAMPLER, DEFAULT_NEIGHBOURING = "poisson", "add_remove"
+
+
+class SamplerMismatchWarning(UserWarning):
+    """The data loader that feeds training is not the sampler the accountant assumes."""
+
+
+@dataclass(frozen=True)
+class LoaderSampling:
+    """How a data loader forms its batches, as far as duck typing can tell.
+
+    ``sampler``: one of :data:`FOUND`; ``source``: what was seen (class names);
+    ``dataset_size``: the examples one epoch uses (all of them, or fewer when the last
+    partial batch is dropped); ``batch_size``: the batch of one step (over all replicas
+    of a ``DistributedSampler``); None when not readable.  ``upper_only``: each example is
+    in at most one batch per epoch, but not in a uniformly random one of them (fixed
+    order, or examples left out), so only the shuffle bracket's upper bound holds.
+    """
+
+    sampler: str
+    source: str
+    dataset_size: Optional[int] = None
+    batch_size: Optional[int] = None
+    upper_only: bool = False
+
+
+def _names(obj: Any) -> set:
+    return {cls.__name__ for cls in type(obj).__mro__}
+
+
+def _size(obj: Any) -> Optional[int]:
+    try:
+        n = len(obj)
+    except Exception:
+        return None
+    return int(n) if isinstance(n, numbers.Integral) and n > 0 else None
+
+
+def _single_loader(data_loader: Any) -> Any:
+    """Lightning's ``CombinedLoader`` / a one-element list or dict: the one loader inside."""
+    inner = getattr(data_loader, "iterables", None)
+    if inner is not None and not hasattr(data_loader, "batch_sampler"):
+        data_loader = inner
+    if isinstance(data_loader, dict) and len(data_loader) == 1:
+        data_loader = next(iter(data_loader.values()))
+    if isinstance(data_loader, (list, tuple)) and len(data_loader) == 1:
+        data_loader = data_loader[0]
+    return data_loader
+
+
+def loader_sampling(data_loader: Any) -> Optional[LoaderSampling]:
+    """How ``data_loader`` samples its batches (None when no loader is given).
+
+    By duck typing, without importing torch: Opacus's ``DPDataLoader`` /
+    ``UniformWithReplacementSampler`` (a ``sample_rate``) is "poisson"; a
+    ``BatchSampler`` over a ``RandomSampler`` (``DataLoader(shuffle=True)``, the Hugging
+    Face Trainer's and Lightning's default training loader), a ``SubsetRandomSampler``
+    or a ``DistributedSampler(shuffle=True)`` is "shuffle" (one permutation per epoch
+    cut into batches); a ``SequentialSampler`` or ``DistributedSampler(shuffle=False)``
+    is "sequential"; anything else is "unknown".
+    """
+    if data_loader is None:
+        return None
+    data_loader = _single_loader(data_loader)
+    dataset = getattr(data_loader, "dataset", None)
+    n = _size(dataset)
+    batch_sampler = getattr(data_loader, "batch_sampler", None)
+    seen = set()
+    # accelerate's BatchSamplerShard and similar wrappers keep the original inside
+    while (batch_sampler is not None and id(batch_sampler) not in seen
+           and getattr(batch_sampler, "sampler", None) is None
+           and getattr(batch_sampler, "batch_sampler", None) is not None):
+        seen.add(id(batch_sampler))
+        batch_sampler = batch_sampler.batch_sampler
+    rate = loader_sample_rate(data_loader)
+    if rate is not None or (batch_sampler is not None and _names(batch_sampler) & {
+            "UniformWithReplacementSampler", "DistributedUniformWithReplacementSampler"}):
+        b = None if rate is None or n is None else int(round(rate * n))
+        name = type(batch_sampler if batch_sampler is not None else data_loader).__name__
+        return LoaderSampling("poisson", f"Opacus {name} (Poisson sampling)", n, b)
+    b = getattr(batch_sampler, "batch_size", None)
+    if b is None:
+        b = getattr(data_loader, "batch_size", None)
+    b = int(b) if isinstance(b, numbers.Integral) and not isinstance(b, bool) and b > 0 else None
+    sampler = getattr(batch_sampler, "sampler", None) if batch_sampler is not None else None
+    if sampler is None:
+        sampler = getattr(data_loader, "sampler", None)
+    if sampler is None:
+        return LoaderSampling("unknown", f"{type(data_loader).__name__} without a sampler", n, b)
+    names = _names(sampler)
+    where = type(sampler).__name__ + ("" if batch_sampler is None
+                                      else f" in a {type(batch_sampler).__name__}")
+    drop_last = bool(getattr(batch_sampler, "drop_last", getattr(data_loader, "drop_last", False)))
+    if "RandomSampler" in names:
+        if getattr(sampler, "replacement", False):
+            return LoaderSampling("unknown", where + " (drawing with replacement)", n, b)
+        m = getattr(sampler, "num_samples", n)
+        if n is not None and isinstance(m, numbers.Integral) and m > n:
+            return LoaderSampling("unknown", where + f" (num_samples={m} > {n} examples: "
+                                  "some examples twice per epoch)", n, b)
+        return _epoch_sampling("shuffle", where + " (shuffled once per epoch)", n, m, b,
+                               drop_last)
+    if "SubsetRandomSampler" in names:
+        m = _size(getattr(sampler, "indices", None))
+        return _epoch_sampling("shuffle", where + " (shuffled once per epoch)", m, m, b,
+                               drop_last)
+    if "DistributedSampler" in names:
+        kind = "shuffle" if getattr(sampler, "shuffle", False) else "sequential"
+        replicas = getattr(sampler, "num_replicas", 1)
+        replicas = int(replicas) if isinstance(replicas, numbers.Integral) and replicas > 0 else 1
+        text = where + (" (shuffled once per epoch" if kind == "shuffle"
+                        else " (the same order every epoch") + f", {replicas} replicas)"
+        m = n
+        if n is not None and n % replicas:
+            if not getattr(sampler, "drop_last", False):
+                return LoaderSampling("unknown", text + ": it pads by repeating examples, "
+                                      "some twice per epoch", n, b)
+            m = n // replicas * replicas
+        return _epoch_sampling(kind, text, n, m, None if b is None else b * replicas,
+                               drop_last)
+    if "SequentialSampler" in names:
+        return _epoch_sampling("sequential", where + " (the same batches every epoch)", n, n,
+                               b, drop_last)
+    return LoaderSampling("unknown", where, n, b)
+
+
+def _epoch_sampling(kind: str, source: str, n: Optional[int], used: Optional[int],
+                    b: Optional[int], drop_last: bool) -> LoaderSampling:
+    """A per-epoch sampler using ``used`` of the ``n`` examples in batches of ``b``
+    (the last partial batch dropped with ``drop_last``)."""
+    if used is None or b is None:
+        return LoaderSampling(kind, source, used, b, upper_only=kind == "sequential")
+    partial = used != n
+    if drop_last and used % b:
+        used = used // b * b
+        partial = True
+        source += f"; drop_last leaves {used} examples per epoch"
+    if used < 1:
+        return LoaderSampling("unknown", source + ": no complete batch", n, b)
+    if partial and kind == "shuffle":
+        source += " (some examples left out of each epoch: upper bound only)"
+    return LoaderSampling(kind, source, used, b,
+                          upper_only=kind == "sequential" or partial)
+
+
+def accountant_assumptions(accountant: Any) -> dict:
+    """The sampler, neighbouring relation and sizes an accountant's bounds assume.
+
+    ``accountant.assumptions`` when it has them (``PrivacyBucketsAccountant``); an
+    accountant that predates samplers (or Opacus's own) assumes Poisson sampling with
+    add/remove neighbours.
+    """
+    found = getattr(accountant, "assumptions", None)
+    out = {"sampler": DEFAULT_SAMPLER, "neighbouring": DEFAULT_NEIGHBOURING,
+           "dataset_size": None, "batch_size": None}
+    if isinstance(found, dict):
+        out.update({k: found.get(k, out[k]) for k in out})
+    else:
+        for key in out:
+            value = getattr(accountant, key, None)
+            if value is not None and isinstance(value, (str, int)):
+                out[key] = value
+    return out
+
+
+def _options(accountant: Any) -> Optional[dict]:
+    """The accountant's engine options (to build a sibling accountant), None if unknown."""
+    try:
+        state = accountant.state_dict()
+    except Exception:
+        return None
+    options = state.get("options") if isinstance(state, dict) or hasattr(state, "get") else None
+    if options is None:
+        return {}
+    return {k: v for k, v in dict(options).items()
+            if k not in ("sampler", "neighbouring", "dataset_size", "batch_size")}
+
+
+def sibling_accountant(accountant: Any, sampling: LoaderSampling) -> Tuple[Any, str]:
+    """(an accountant for the loader's sampler with ``accountant``'s history, or None; why not).
+
+    The relation is the accountant's, except that shuffling under add_remove (not
+    defined: adding an example moves every later batch) is accounted under
+    replace_special, whose Poisson pair is add_remove's.  Only a ``PrivacyBucketsAccountant`` whose class accepts ``sampler=`` (issue 13) and
+    a loader whose sampler it knows ("shuffle"; "sequential" uses the shuffle
+    accountant's upper bound, which assumes no amplification) can be mirrored.
+    """
+    if sampling.sampler not in ("shuffle", "sequential"):
+        return None, f"no accountant sampler matches a {sampling.sampler} loader"
+    if sampling.dataset_size is None or sampling.batch_size is None:
+        return None, "the loader's dataset size or batch size is unknown"
+    options = _options(accountant)
+    if options is None or not hasattr(accountant, "get_epsilon_bounds"):
+        return None, f"{type(accountant).__name__} cannot be configured for another sampler"
+    target = "shuffle" if sampling.sampler == "sequential" else sampling.sampler
+    relation = accountant_assumptions(accountant)["neighbouring"]
+    if target == "shuffle" and relation == "add_remove":
+        # add/remove is not defined for shuffling (it moves every later batch); its
+        # analogue is replace_special, which for Poisson has add/remove's very pair
+        relation = "replace_special"
+    try:
+        sibling = type(accountant)(sampler=target, neighbouring=relation,
+                                   dataset_size=sampling.dataset_size,
+                                   batch_size=sampling.batch_size, **options)
+        sibling.history = list(getattr(accountant, "history", []) or [])
+    except (TypeError, ValueError) as exc:
+        return None, f"this pb_accountant cannot account sampler={target!r}: {exc}"
+    return sibling, ""
+
+
+def sampler_check(accountant: Any, data_loader: Any, delta: Optional[float] = None, *,
+                  pending: Optional[Tuple[float, float]] = None,
+                  warn: bool = True, stacklevel: int = 2) -> Optional["SamplerCheck"]:
+    """Compare the loader that feeds training with the sampler the accountant assumes.
+
+    On a mismatch, warn (:class:`SamplerMismatchWarning`) naming the sampler found,
+    the epsilon it implies (the shuffle bracket of ``pb_accountant``'s accountant at the
+    current history, or for one epoch of this loader at the ``pending`` (sigma, q)
+    while the history is empty) and how to switch.  Returns the :class:`SamplerCheck`
+    (None when no loader is given).
+    """
+    sampling = loader_sampling(data_loader)
+    if sampling is None:
+        return None
+    assumed = accountant_assumptions(accountant)
+    if sampling.sampler == assumed["sampler"]:
+        sizes = [f"{key}={assumed[key]!r} but the loader has {found!r}"
+                 for key, found in (("dataset_size", sampling.dataset_size),
+                                    ("batch_size", sampling.batch_size))
+                 if assumed[key] is not None and found is not None and assumed[key] != found]
+        message = ""
+        if sizes:
+            message = (f"the accountant assumes sampler={assumed['sampler']!r} with "
+                       + " and ".join(sizes) + ": its epsilon is for another loader")
+            if warn:
+                warnings.warn(message, SamplerMismatchWarning, stacklevel=stacklevel)
+        return SamplerCheck(sampling, assumed, not sizes, None, None, message)
+    sibling, why = sibling_accountant(accountant, sampling)
+    implied, when = None, ""
+    if sibling is not None and delta is not None:
+        history = list(getattr(accountant, "history", []) or [])
+        steps = sum(int(e[2]) for e in history)
+        if not steps and pending is not None and all(v is not None for v in pending):
+            per_epoch = -(-sampling.dataset_size // sampling.batch_size)
+            sibling.history = [(float(pending[0]), float(pending[1]), int(per_epoch))]
+            when = f"after one epoch ({per_epoch} steps) at noise_multiplier={pending[0]:g}"
+        else:
+            when = f"after the {steps} steps taken so far"
+        try:
+            implied = sibling.get_epsilon_bounds(delta)
+        except Exception as exc:          # never stops training: the reason is said instead
+            implied, why = None, f"the {sampling.sampler} bracket failed: {exc!r}"
+    message = _mismatch_message(sampling, assumed, implied, delta, when, why)
+    if warn:
+        warnings.warn(message, SamplerMismatchWarning, stacklevel=stacklevel)
+    return SamplerCheck(sampling, assumed, False, implied, sibling, message)
+
+
+@dataclass(frozen=True)
+class SamplerCheck:
+    """The outcome of :func:`sampler_check`: the loader's ``sampling``, the accountant's
+    ``assumed`` sampler and relation, whether they ``match``, the ``implied`` bounds
+    for the loader's sampler (None if they could not be computed), the ``sibling``
+    accountant that computes them, and the warning ``message`` ("" on a match)."""
+
+    sampling: LoaderSampling
+    assumed: dict
+    match: bool
+    implied: Any
+    sibling: Any
+    message: str
+
+    @property
+    def loader_sampler(self) -> str:
+        return self.sampling.sampler
+
+
+def _mismatch_message(sampling: LoaderSampling, assumed: dict, implied: Any,
+                      delta: Optional[float], when: str, why: str) -> str:
+    n, b = sampling.dataset_size, sampling.batch_size
+    found = ("could not be recognised as any sampler" if sampling.sampler == "unknown"
+             else f"samples by {sampling.sampler}")
+    head = (f"the data loader feeding training {found} "
+            f"({sampling.source}), but the accountant's bounds assume "
+            f"sampler={assumed['sampler']!r}, neighbouring={assumed['neighbouring']!r}: "
+            f"its epsilon is not certified for this loader.")
+    if implied is not None:
+        if sampling.upper_only:
+            body = (f" Each example is in at most one batch per epoch: epsilon <= "
+                    f"{implied.upper:.6g} at delta={delta:g} {when} (one unamplified "
+                    f"Gaussian per epoch, neighbouring="
+                    f"{getattr(implied, 'neighbouring', '?')!r}; no lower bound is certified "
+                    "for this loader).")
+        else:
+            body = (f" For {sampling.sampler} batches epsilon is in "
+                    f"[{implied.lower:.6g}, {implied.upper:.6g}] at delta={delta:g} {when} "
+                    f"(certified bracket for sampler={sampling.sampler!r}, "
+                    f"neighbouring={getattr(implied, 'neighbouring', '?')!r}).")
+    else:
+        body = f" The {sampling.sampler} epsilon could not be computed here ({why})." if why else ""
+    size = "..." if n is None else str(n)
+    batch = "..." if b is None else str(b)
+    if sampling.sampler == "poisson":
+        return head + (" To match them, use PrivacyBucketsAccountant(sampler=\"poisson\") "
+                       "(the default).")
+    fix = (" To match them, sample with Poisson (Opacus make_private(..., "
+           "poisson_sampling=True), i.e. a DPDataLoader), or account for the loader with "
+           f"PrivacyBucketsAccountant(sampler=\"shuffle\", neighbouring=\"replace_special\", "
+           f"dataset_size={size}, batch_size={batch}).")
+    return head + body + fix

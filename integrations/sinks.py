@@ -32,9 +32,16 @@ class BudgetRecord:
     """The privacy spent at one point of training.
 
     ``eps_lower``/``eps_upper`` are the certified bounds at ``delta`` after ``step``
-    optimisation steps; ``noise_multiplier``/``sample_rate`` those of the last step
-    (None before the first).  ``event`` says what triggered the record: "step",
-    "epoch", "stop" (the guard's look-ahead), "end" or "manual".
+    optimisation steps, for the accountant's ``sampler`` and ``neighbouring`` relation
+    (issue 13: each number says what it assumes); ``noise_multiplier``/``sample_rate``
+    those of the last step (None before the first).  ``event`` says what triggered the
+    record: "step", "epoch", "stop" (the guard's look-ahead), "end" or "manual".
+
+    ``loader_sampler`` is how the data loader that feeds training samples, when it was
+    seen (None: not seen).  When it differs from ``sampler`` the bounds above are *not*
+    certified for that loader: ``loader_eps_lower``/``loader_eps_upper`` then hold the
+    bracket computed for the loader's sampler at the same history (None when it could
+    not be computed; docs/which-epsilon.md), under ``loader_neighbouring``.
     """
 
     step: int
@@ -46,13 +53,37 @@ class BudgetRecord:
     sample_rate: Optional[float]
     event: str = "manual"
     time: float = field(default=0.0, compare=False)
+    sampler: str = "poisson"
+    neighbouring: str = "add_remove"
+    loader_sampler: Optional[str] = None
+    loader_eps_lower: Optional[float] = None
+    loader_eps_upper: Optional[float] = None
+    loader_neighbouring: Optional[str] = None
+
+    @property
+    def certified_for_loader(self) -> Optional[bool]:
+        """True when the bounds were computed for the loader's sampler, False when not,
+        None when the loader was not seen."""
+        return None if self.loader_sampler is None else self.loader_sampler == self.sampler
+
+    def assumption_text(self) -> str:
+        """What ``eps_lower``/``eps_upper`` assume, in words (for logs and reports)."""
+        text = f"sampler={self.sampler}, neighbouring={self.neighbouring}"
+        if self.certified_for_loader is False:
+            text += f"; NOT certified for the {self.loader_sampler} loader feeding training"
+            if self.loader_eps_upper is not None:
+                text += (f", which implies epsilon in [{self.loader_eps_lower:.6g}, "
+                         f"{self.loader_eps_upper:.6g}] (sampler={self.loader_sampler}, "
+                         f"neighbouring={self.loader_neighbouring})")
+        return text
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def as_json_dict(self) -> dict:
         out = self.as_dict()
-        for key in ("delta", "eps_lower", "eps_upper", "noise_multiplier", "sample_rate", "time"):
+        for key in ("delta", "eps_lower", "eps_upper", "noise_multiplier", "sample_rate", "time",
+                    "loader_eps_lower", "loader_eps_upper"):
             out[key] = json_float(out[key])
         return out
 
@@ -104,9 +135,10 @@ class LoggingSink(Sink):
         self.logger.log(
             self.level,
             "privacy budget at step %d (epoch %s, %s): epsilon in [%.6g, %.6g] at delta=%g "
-            "(noise_multiplier=%s, sample_rate=%s)",
+            "(noise_multiplier=%s, sample_rate=%s; %s)",
             record.step, epoch, record.event, record.eps_lower, record.eps_upper, record.delta,
             _short(record.noise_multiplier), _short(record.sample_rate),
+            record.assumption_text(),
             extra={"budget": record.as_dict()})
 
 
@@ -202,6 +234,11 @@ class JSONLinesSink(_FileSink):
 class TensorBoardSink(Sink):
     """Scalars ``<prefix>epsilon_lower``/``epsilon_upper`` (and the schedule) per step.
 
+    What they assume is written once as the text ``<prefix>assumptions`` (sampler and
+    neighbouring relation, and whether they match the loader that feeds training); when
+    they do not match, the loader's own bracket goes to
+    ``<prefix><loader sampler>/epsilon_lower`` and ``.../epsilon_upper``.
+
     Uses ``torch.utils.tensorboard.SummaryWriter`` (imported on first use): pass a
     ``log_dir`` or an existing ``writer``.  Non-finite values are skipped (TensorBoard
     cannot plot them).  The writer is flushed after every record.
@@ -218,6 +255,7 @@ class TensorBoardSink(Sink):
         self.writer = writer
         self.prefix = prefix
         self.log_schedule = log_schedule
+        self._assumptions: Optional[str] = None
 
     @property
     def log_dir(self) -> Optional[str]:
@@ -229,9 +267,19 @@ class TensorBoardSink(Sink):
         if self.log_schedule:
             values["noise_multiplier"] = record.noise_multiplier
             values["sample_rate"] = record.sample_rate
+        if record.certified_for_loader is False:
+            tag = f"{record.loader_sampler}/"
+            values[tag + "epsilon_lower"] = record.loader_eps_lower
+            values[tag + "epsilon_upper"] = record.loader_eps_upper
         for name, value in values.items():
             if value is not None and math.isfinite(value):
                 self.writer.add_scalar(self.prefix + name, value, global_step=record.step)
+        text = record.assumption_text().split(", which implies")[0]
+        add_text = getattr(self.writer, "add_text", None)
+        if text != self._assumptions and add_text is not None:
+            add_text(self.prefix + "assumptions", f"epsilon_lower/epsilon_upper assume {text}",
+                     global_step=record.step)
+            self._assumptions = text
         self.writer.flush()
 
     def close(self) -> None:

@@ -9,8 +9,13 @@
     ...     tracker.on_epoch_end(epoch)                       # and at every epoch end
 
 Without Opacus call ``tracker.on_step()`` after each step (having stepped the
-accountant).  Each record holds step, epoch, delta, both certified epsilon bounds and
-the noise multiplier and sample rate in force.
+accountant).  Each record holds step, epoch, delta, both certified epsilon bounds, the
+sampler and neighbouring relation they assume, and the noise multiplier and sample
+rate in force.  Given the data loader (``attach(..., data_loader=)`` or
+``check_loader``), the tracker compares its sampler with the accountant's: on a
+mismatch (a shuffled ``DataLoader`` under a Poisson accountant, say) it warns with a
+:class:`~pb_accountant.integrations.sampling.SamplerMismatchWarning` and every record
+also carries the loader's own bracket (docs/which-epsilon.md).
 
 A sink that raises (a full disk, a closed file, a broken callable) never stops
 training: the error is kept in ``tracker.sink_errors``, a :class:`SinkErrorWarning` is
@@ -33,7 +38,7 @@ from pb_accountant.results import EpsilonBounds
 from ._common import (accountant_state, accumulated_iterations, epsilon_bounds, find_dp_optimizer,
                       infer_sample_rate, resolve_accountant, restore_accountant,
                       schedule_in_force, steps_taken)
-from .sampling import check_sample_rate
+from .sampling import accountant_assumptions, check_sample_rate, sampler_check
 from .sinks import (BudgetRecord, CSVSink, JSONLinesSink, LoggingSink, Sink,
                     TensorBoardSink, as_sink)
 
@@ -86,6 +91,7 @@ class BudgetTracker:
         self._previous_hook = None
         self._sample_rate: Optional[float] = None
         self._account = False
+        self.loader_check = None       # sampling.SamplerCheck of the loader feeding training
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -132,10 +138,15 @@ class BudgetTracker:
             bounds = EpsilonBounds(self.delta, 0.0, math.inf, method="none",
                                    notes=(f"the accountant failed: {exc!r}",))
         sigma, q = self._schedule()
+        assumed = accountant_assumptions(self.accountant)
+        loader, loader_lower, loader_upper, relation = self._loader_bounds(step, in_loop)
         rec = BudgetRecord(step=step, epoch=epoch, delta=self.delta,
                            eps_lower=float(bounds.lower), eps_upper=float(bounds.upper),
                            noise_multiplier=sigma, sample_rate=q, event=event,
-                           time=time.time())
+                           time=time.time(), sampler=str(assumed["sampler"]),
+                           neighbouring=str(assumed["neighbouring"]), loader_sampler=loader,
+                           loader_eps_lower=loader_lower, loader_eps_upper=loader_upper,
+                           loader_neighbouring=relation)
         self.records.append(rec)
         for sink in list(self.sinks):
             try:
@@ -143,6 +154,46 @@ class BudgetTracker:
             except Exception as exc:          # a sink never stops training
                 self._sink_failed(sink, exc, rec.step)
         return rec
+
+    def _loader_bounds(self, step, in_loop: bool):
+        """(loader sampler, its eps_lower, eps_upper) for a record: the bracket of the
+        loader's sampler at the accountant's current history when they do not match."""
+        check = self.loader_check
+        if check is None:
+            return None, None, None, None
+        if check.match or check.sibling is None:
+            return check.loader_sampler, None, None, None
+        sibling = check.sibling
+        relation = accountant_assumptions(sibling)["neighbouring"]
+        try:
+            sibling.history = list(getattr(self.accountant, "history", []) or [])
+            bounds = sibling.get_epsilon_bounds(self.delta)
+        except Exception as exc:
+            if not in_loop:
+                raise
+            self._sink_failed(None, exc, step)
+            return check.loader_sampler, 0.0, math.inf, relation
+        # fixed batches, or examples left out of an epoch: the shuffle upper bound (no
+        # amplification) holds; its lower bound assumes every example in a uniformly
+        # random batch of every epoch, so 0 is reported
+        lower = 0.0 if check.sampling.upper_only else float(bounds.lower)
+        return check.loader_sampler, lower, float(bounds.upper), relation
+
+    def check_loader(self, data_loader: Any, *, noise_multiplier: Optional[float] = None,
+                     sample_rate: Optional[float] = None, stacklevel: int = 2):
+        """Compare the loader that feeds training with the accountant's sampler.
+
+        Warns (:class:`~pb_accountant.integrations.sampling.SamplerMismatchWarning`) on a
+        mismatch, naming the loader's sampler, the epsilon it implies and how to switch;
+        from then on every record carries ``loader_sampler`` and, on a mismatch, the
+        loader's bracket.  Returns the ``SamplerCheck`` (None without a loader).
+        """
+        pending = (noise_multiplier, sample_rate)
+        check = sampler_check(self.accountant, data_loader, self.delta, pending=pending,
+                              stacklevel=stacklevel + 1)
+        if check is not None:
+            self.loader_check = check
+        return check
 
     def _sink_failed(self, sink: Any, exc: BaseException, step: Optional[int]) -> None:
         self.sink_errors.append(SinkError(sink, exc, step))
@@ -222,6 +273,10 @@ class BudgetTracker:
         if q is not None:
             check_sample_rate(q, data_loader, stacklevel=3)
         self._sample_rate = q
+        loader = data_loader if data_loader is not None else getattr(opt, "_pb_data_loader", None)
+        if loader is not None:
+            self.check_loader(loader, noise_multiplier=float(opt.noise_multiplier),
+                              sample_rate=q, stacklevel=3)
 
         def hook(optim):
             if previous is not None:

@@ -10,6 +10,14 @@ if the epsilon curve jumps across its tolerance window.  The search returns a si
 whose *certified* epsilon is <= the target, or raises a ValueError saying why no sigma
 can be certified; the search is ``pb_accountant.calibration.find_noise_multiplier``.
 Other accountants go to Opacus's own function unchanged.
+
+It also wraps ``PrivacyEngine.make_private`` (detection only, issue 13): with
+``accountant="pb"`` the loader it returns is compared with the accountant's sampler
+(``make_private(poisson_sampling=False)`` keeps a shuffled loader while the default
+accountant assumes Poisson sampling) and a mismatch is warned about with the epsilon
+the loader implies (``pb_accountant.integrations.sampling.sampler_check``).  The loader
+is remembered on the optimizer (``_pb_data_loader``) for the budget tracker and the
+callbacks.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import importlib.machinery
 import sys
 
 _TARGET = "opacus.accountants"
+_ENGINE = "opacus.privacy_engine"
 
 
 def register(module=None) -> bool:
@@ -37,7 +46,60 @@ def register(module=None) -> bool:
     elif hasattr(module, "register_accountant"):
         module.register_accountant(MECHANISM, PrivacyBucketsAccountant, force=True)
     _wrap_get_noise_multiplier()
+    _wrap_make_private()
     return True
+
+
+#: delta of the make_private warning when make_private_with_epsilon gave none
+_WARN_DELTA = 1e-5
+
+
+def _wrap_make_private(module=None) -> bool:
+    """Wrap ``PrivacyEngine.make_private`` once (True when it is wrapped)."""
+    module = module or sys.modules.get(_ENGINE)
+    engine_cls = getattr(module, "PrivacyEngine", None)
+    original = getattr(engine_cls, "make_private", None)
+    if original is None:
+        return False
+    if getattr(original, "_pb_wrapped", False):
+        return True
+
+    def make_private(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        try:
+            _check_loader(self, result, kwargs)
+        except Exception as exc:         # detection never breaks make_private
+            import warnings
+            warnings.warn(f"pb_accountant could not check the data loader's sampler: {exc!r}",
+                          RuntimeWarning, stacklevel=2)
+        return result
+
+    make_private._pb_wrapped = True
+    make_private.__wrapped__ = original
+    make_private.__doc__ = original.__doc__
+    engine_cls.make_private = make_private
+    return True
+
+
+def _check_loader(engine, result, kwargs) -> None:
+    """With accountant "pb": warn when the returned loader is not the sampler it assumes."""
+    from .accountant import PrivacyBucketsAccountant
+
+    accountant = getattr(engine, "accountant", None)
+    if not isinstance(accountant, PrivacyBucketsAccountant) or not isinstance(result, tuple):
+        return
+    optimizer, data_loader = result[1], result[2] if len(result) == 3 else result[-1]
+    try:
+        optimizer._pb_data_loader = data_loader
+    except Exception:
+        pass
+    from .integrations.sampling import sampler_check
+    sigma = getattr(optimizer, "noise_multiplier", kwargs.get("noise_multiplier"))
+    try:
+        q = 1.0 / len(data_loader)              # what make_private accounts
+    except Exception:
+        q = None
+    sampler_check(accountant, data_loader, _WARN_DELTA, pending=(sigma, q), stacklevel=4)
 
 
 #: accountant evaluations of one search at most (doubling plus narrowing)
@@ -115,7 +177,7 @@ def _wrap_get_noise_multiplier() -> None:
 
 class _RegisterOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        if fullname not in (_TARGET, _ENGINE):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -125,10 +187,16 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             original(module)
+            if fullname == _ENGINE:             # PrivacyEngine exists only now
+                _wrap_make_private(module)
+                if _TARGET in sys.modules:
+                    uninstall()
+                return
             try:
                 register(module)
             finally:
-                uninstall()
+                if _ENGINE in sys.modules and _wrap_make_private():
+                    uninstall()
 
         loader.exec_module = exec_module
         return spec
@@ -146,5 +214,7 @@ def install() -> None:
     """Register now if opacus is loaded, else on its first import."""
     if _TARGET in sys.modules:
         register()
+        if not _wrap_make_private() and _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)        # wrap PrivacyEngine when it comes
     elif _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
