@@ -33,6 +33,10 @@ from ._fp import UNIT_ROUNDOFF  # also re-exported here for older imports
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 _SAFETY = 4.0
+#: entrywise relative round-off of the recombined product: z_k carries at most this
+#: times (x * y)_k plus the absolute bound ``convolve_rows`` returns (at most two
+#: additions of non-negative exact parts, docs/floating-point.md)
+CONVOLUTION_RELATIVE_ERROR = 4.0 * UNIT_ROUNDOFF
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
 
@@ -103,8 +107,9 @@ def _pair_bound(n_fft, na, nb):
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
     """Full linear convolution of matching rows of ``x`` and ``y`` (``y=None``: x with x).
 
-    Returns (z, l1_error): z has shape (rows, 2m-1), l1_error[k] bounds the l1 norm of
-    the round-off of row k.  All rows go through one batched, multi-threaded transform.
+    Returns (z, l1_error): z has shape (rows, 2m-1); the round-off of row k is at most
+    CONVOLUTION_RELATIVE_ERROR times the exact product entrywise plus an absolute part
+    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows go through one batched, multi-threaded transform.
     Each row is split exactly into hi + lo (or hi + mid + lo when the two-way bound
     would exceed ``tolerance``); the products of the leading parts are recovered
     exactly by rounding to their grids, only the rest carries round-off.
@@ -194,8 +199,13 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         g = grid[:, None]
         z += np.where(exact[:, None], np.round(part / g) * g, part)      # exact rows
         l2_err += np.where(exact, 0.0, bound)
+    # the rest carries the FFT's absolute round-off; adding the exact parts to it
+    # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
+    # magnitude per addition, which is absolute
+    rest_l1 = np.abs(results[-1, :, : 2 * m - 1]).sum(axis=1)
     z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
-    l1_err = (math.sqrt(n_fft) * l2_err + 4.0 * len(grids) * UNIT_ROUNDOFF * z.sum(axis=1)
+    fft_l1 = math.sqrt(n_fft) * l2_err
+    l1_err = ((fft_l1 + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1)) * (1 + 1e-9)
               + _TINY * z.shape[1])
     z *= scale[:, None]
     z[~live] = 0.0
