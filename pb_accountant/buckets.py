@@ -188,21 +188,28 @@ def _lower_const(x: float) -> float:
 #: largest relative error a leaf row takes on; entries whose error bound is a larger
 #: fraction of them (cancellation in a split) go to the absolute part instead
 MAX_LEAF_RELATIVE = 1e-9
+#: a leaf's absolute error of this size costs as much as a relative error of 1: the
+#: split between the two parts is chosen for deltas near 1e-14 (docs/floating-point.md)
+LEAF_TAIL_SCALE = 1e-14
+_CANDIDATES = np.concatenate(([0.0], np.logspace(-17, math.log10(MAX_LEAF_RELATIVE), 33)))
 
 
 def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
     """Write an entrywise error bound ``err`` of ``row`` as r * row + rest.
 
-    Returns (r, l1 bound of rest): r is the largest err/row up to ``cap``; the rest
-    is computed with r slightly shrunk, so it is never under-counted.
+    Returns (r, l1 bound of rest).  r (at most ``cap``) minimises r + rest / 1e-14
+    (``LEAF_TAIL_SCALE``): a few entries with a large relative error (the far tail, a
+    bucket whose computed mass is 0) go to the absolute part, where their tiny masses
+    cost little, instead of raising every entry's relative error.  The rest is computed
+    with r slightly shrunk, so it is never under-counted.
     """
     err = np.asarray(err, dtype=float)
-    live = row > 0
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = err[live] / row[live]
-    r = min(float(ratio.max()) if ratio.size else 0.0, cap)
-    rest = np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0)
-    return r, float(rest.sum()) * (1.0 + 1e-9)
+    cands = _CANDIDATES[_CANDIDATES <= cap]
+    with np.errstate(over="ignore", invalid="ignore"):
+        rests = np.maximum(err[None, :] - (cands[:, None] * (1.0 - 1e-12)) * row[None, :],
+                           0.0).sum(axis=1)
+    k = int(np.argmin(cands + rests / LEAF_TAIL_SCALE))
+    return float(cands[k]), float(rests[k]) * (1.0 + 1e-9)
 
 
 def _leaf_errors(rows, entry_errors, extra):
