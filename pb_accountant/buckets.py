@@ -205,11 +205,19 @@ def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
     """
     err = np.asarray(err, dtype=float)
     cands = _CANDIDATES[_CANDIDATES <= cap]
+    # choose r from sorted ratios (estimates only), then count the rest in one pass
+    live = row > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.where(live, err / np.where(live, row, 1.0), np.inf)
+    order = np.argsort(-ratio, kind="stable")
+    cum_err = np.concatenate(([0.0], np.cumsum(err[order])))
+    cum_row = np.concatenate(([0.0], np.cumsum(np.where(live, row, 0.0)[order])))
+    above = np.searchsorted(-ratio[order], -cands, side="left")     # entries with ratio > r
+    estimate = np.maximum(cum_err[above] - cands * cum_row[above], 0.0)
+    r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
     with np.errstate(over="ignore", invalid="ignore"):
-        rests = np.maximum(err[None, :] - (cands[:, None] * (1.0 - 1e-12)) * row[None, :],
-                           0.0).sum(axis=1)
-    k = int(np.argmin(cands + rests / LEAF_TAIL_SCALE))
-    return float(cands[k]), float(rests[k]) * (1.0 + 1e-9)
+        rest = np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()
+    return r, float(rest) * (1.0 + 1e-9)
 
 
 def _leaf_errors(rows, entry_errors, extra):
