@@ -15,8 +15,12 @@ composition is one batched FFT convolution per row (indices add, paper Definitio
   and u_T, one direction per object (Definitions 4, 7, 9).
 
 B-masses are stored scaled to A units (C_i = B_i f^i, paper's A/f^i + EC term) where
-a query weighs them by e^{eps - t_i} <= 1, so each row carries a certified l1 bound on
-its accumulated floating-point error (``error``), folded into every reported bound.
+a query weighs them by e^{eps - t_i} <= 1.  Each row carries a certified bound on its
+accumulated floating-point error in two parts (docs/floating-point.md): ``relative``
+(every entry is within that fraction of itself of the exact value) and ``error`` (an l1
+bound on the rest, and on the row's infinity atom).  Every rounding of a non-negative
+sum is relative, so only the FFT's round-off on the small rest and underflow are
+absolute: the error scales with the mass in the region that decides delta, not with 1.
 """
 from __future__ import annotations
 
@@ -28,11 +32,15 @@ from typing import ClassVar, Dict, Optional, Tuple
 import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
-from .convolution import convolve_rows
+from .convolution import CONVOLUTION_RELATIVE_ERROR, convolve_rows
 from .queries import PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
 
 _U = UNIT_ROUNDOFF
+#: weight of a B-side relative error in a query: every included term has
+#: e^eps q_i <= e^0.05 p_i (pb_accountant/queries.py), so r_p + _W r_q bounds the
+#: relative error of the included sum in units of P
+_W = math.exp(0.05) * (1.0 + 1e-9)
 
 #: Largest |t| at which e^{t} is formed directly: leaves (whose masses are split with
 #: e^{t}) and the paper's buckets stay inside it.  Composed split and grouped buckets
@@ -177,13 +185,80 @@ def _lower_const(x: float) -> float:
     return float(x) if math.isfinite(x) else -math.inf
 
 
-def _propagate(err_x, mass_x, err_y, mass_y, fft_err, folded):
-    """l1 error of a product: Young's inequality, FFT round-off and the corner sums
-    (``folded``: mass summed into the corners, each sum of <= n terms)."""
+#: largest relative error a leaf row takes on; entries whose error bound is a larger
+#: fraction of them (cancellation in a split) go to the absolute part instead
+MAX_LEAF_RELATIVE = 1e-9
+#: a leaf's absolute error of this size costs as much as a relative error of 1: the
+#: split between the two parts is chosen for deltas near 1e-14 (docs/floating-point.md)
+LEAF_TAIL_SCALE = 1e-14
+_CANDIDATES = np.concatenate(([0.0], np.logspace(-17, math.log10(MAX_LEAF_RELATIVE), 33)))
+
+
+def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
+    """Write an entrywise error bound ``err`` of ``row`` as r * row + rest.
+
+    Returns (r, l1 bound of rest).  r (at most ``cap``) minimises r + rest / 1e-14
+    (``LEAF_TAIL_SCALE``): a few entries with a large relative error (the far tail, a
+    bucket whose computed mass is 0) go to the absolute part, where their tiny masses
+    cost little, instead of raising every entry's relative error.  The rest is computed
+    with r slightly shrunk, so it is never under-counted.
+    """
+    err = np.asarray(err, dtype=float)
+    cands = _CANDIDATES[_CANDIDATES <= cap]
+    # choose r from sorted ratios (estimates only), then count the rest in one pass
+    live = row > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.where(live, err / np.where(live, row, 1.0), np.inf)
+    order = np.argsort(-ratio, kind="stable")
+    cum_err = np.concatenate(([0.0], np.cumsum(err[order])))
+    cum_row = np.concatenate(([0.0], np.cumsum(np.where(live, row, 0.0)[order])))
+    above = np.searchsorted(-ratio[order], -cands, side="left")     # entries with ratio > r
+    estimate = np.maximum(cum_err[above] - cands * cum_row[above], 0.0)
+    r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
+    with np.errstate(over="ignore", invalid="ignore"):
+        rest = np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()
+    return r, float(rest) * (1.0 + 1e-9)
+
+
+def _leaf_errors(rows, entry_errors, extra):
+    """(relative, absolute) per row of a leaf: entrywise bounds plus 4u of each entry
+    (the leaf's own products and sums), ``extra`` absolute (atoms, underflow)."""
+    rel, err = [], []
+    for row, e, x in zip(rows, entry_errors, extra):
+        r, rest = _relative_part(np.asarray(e) + 4.0 * _U * row, row)
+        rel.append(r)
+        err.append(rest + x)
+    return np.array(rel), np.array(err)
+
+
+def _compose_relative(rel_x, rel_y):
+    """Entrywise relative error of a product: (1+r_x)(1+r_y) - 1 and the
+    convolution's own CONVOLUTION_RELATIVE_ERROR, relative to the computed entries."""
+    c = CONVOLUTION_RELATIVE_ERROR
+    return (rel_x + rel_y + rel_x * rel_y + c) / (1.0 - c) * (1.0 + 4 * _U)
+
+
+def _rounded_relative(rel, ops: int = 8):
+    """Relative error after a non-negative linear map computed with ``ops`` roundings
+    per entry (weights included)."""
+    return (rel + ops * _U) * (1.0 + ops * _U)
+
+
+def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atoms):
+    """Absolute part of a product's error (the relative part is ``_compose_relative``).
+
+    With |x - x*| <= r_x x + alpha_x entrywise (||alpha_x||_1 <= err_x), Young's
+    inequality gives the absolute part err_x ((1+r_y) m_y + err_y) + (1+r_x) m_x err_y;
+    plus the FFT's absolute round-off, the corner sums (``folded``: mass summed into
+    the corners, each sum of <= n terms) and the rounding of the infinity atoms'
+    product formula (``atoms``: the operands' atoms summed).
+    """
     with np.errstate(over="ignore"):       # an overflowing bound is inf: still a bound
-        return (err_x * mass_y + err_y * mass_x + err_x * err_y + fft_err
-                + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
-                + 4.0 * _U * mass_x * mass_y)
+        rel_z = _compose_relative(rel_x, rel_y)
+        return ((err_x * ((1.0 + rel_y) * mass_y + err_y) + (1.0 + rel_x) * mass_x * err_y
+                 + fft_err * (1.0 + rel_z)
+                 + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
+                 + 4.0 * _U * atoms) * (1.0 + 1e-12))
 
 
 # --------------------------------------------------------------------------- split
@@ -199,9 +274,14 @@ class SplitBuckets(BucketRepresentation):
     rows: np.ndarray          # (2, 2n+1): A-mass and B-mass of the atom at t_i
     a_inf: float              # A-mass of loss +inf (distinguishing events)
     b_minf: float             # B-mass of loss -inf
-    error: np.ndarray         # (2,) l1 error bounds of (A row, a_inf) and (B row, b_minf)
+    error: np.ndarray         # (2,) absolute parts: (A row, a_inf) and (B row, b_minf)
     compositions: int = 1
     overflow: float = 0.0     # mass the last composition moved into the infinity atoms
+    relative: Optional[np.ndarray] = None   # (2,) entrywise relative error of the rows
+
+    def __post_init__(self):
+        if self.relative is None:
+            object.__setattr__(self, "relative", np.zeros(len(self.rows)))
 
     @classmethod
     def leaves(cls, pair, grid: Grid, methods=("split",)) -> Tuple["SplitBuckets", ...]:
@@ -222,28 +302,46 @@ class SplitBuckets(BucketRepresentation):
         et = np.exp(ti)
         ci = bi * et                                   # B-mass scaled to A units at t_k
         beta = (ai * f - ci) / fm1                     # A-mass sent up to t_k
-        slack = ((ea[1:-1] * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
-        beta_up = np.clip(beta + slack, 0.0, ai)       # rounded toward the higher loss
-        alpha = ai - beta_up
-        A[:-1] += alpha
+        # |beta - beta*| (beta* of the exact masses) plus the A-mass error of the bucket:
+        # the A row rounds beta up, the B row down, so that the reference rows below
+        # (computed rows scaled by a*/a per bucket) dominate the exact split
+        ra = np.where(ai > 0, ea[1:-1] / np.where(ai > 0, ai, 1.0), 0.0) * (1 + 1e-9)
+        slack = (((ea[1:-1] * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
+                 + 2.0 * ea[1:-1]) * (1.0 + 1e-9)
+        beta_up = np.clip(beta + slack, 0.0, ai)       # A row: toward the higher loss
+        beta_down = np.clip(beta - slack, 0.0, ai)     # B row: toward the lower loss
+        alpha_up, alpha_down = ai - beta_up, ai - beta_down
+        down = np.exp(-t[:-1])
+        A[:-1] += alpha_up
         A[1:] += beta_up
-        B[:-1] += alpha * np.exp(-t[:-1])
-        B[1:] += beta_up / et
-        # B-mass the upward rounding removed goes to the -inf atom (keeps domination)
-        deficit = float(np.sum(np.minimum(2.0 * slack, ai) / et * fm1))
+        B[:-1] += alpha_down * down
+        B[1:] += beta_down / et
+        # entrywise: the reference differs by a*/a - 1 (<= ra) per bucket; a bucket
+        # whose computed A-mass is 0 may hold up to ea, placed pessimistically
+        lost = np.where(ai > 0, 0.0, ea[1:-1])
+        eA = np.zeros(grid.size)
+        eB = np.zeros(grid.size)
+        eA[:-1] += alpha_up * ra
+        eA[1:] += beta_up * ra + lost
+        eB[:-1] += alpha_down * down * ra + lost * down
+        eB[1:] += beta_down / et * ra
         # corner buckets: L <= t_{-n} and L > t_n (paper's S_{-n} and S_inf)
         bottom, top = math.exp(-t[0]), math.exp(t[-1])
         A[0] += a[0]
         B[0] += a[0] * bottom
-        b_minf = max(0.0, b[0] - a[0] * bottom) + eb[0] + ea[0] * bottom + deficit
+        eA[0] += ea[0]
+        eB[0] += ea[0] * bottom
+        b_minf = max(0.0, b[0] - a[0] * bottom) + eb[0] + ea[0] * bottom
         B[-1] += b[-1]
         A[-1] += b[-1] * top
+        eB[-1] += eb[-1]
+        eA[-1] += eb[-1] * top
         a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top
-        # + masses that may have underflowed (each below 1e-300: the B-mass an event
-        # split upward may lack, and its A-side twin)
-        error = np.array([float(np.sum(ea)) + 8 * _U + 1e-300 * len(t),
-                          float(np.sum(eb)) * f + 8 * _U + 1e-300 * len(t)])
-        return SplitBuckets(grid, np.vstack([A, B]), float(a_inf), float(b_minf), error)
+        # + masses that may have underflowed (each below 1e-300) and the exponentials'
+        # rounding (relative, in _leaf_errors)
+        rows = np.vstack([A, B])
+        rel, error = _leaf_errors(rows, (eA, eB), (1e-300 * len(t), 1e-300 * len(t)))
+        return SplitBuckets(grid, rows, float(a_inf), float(b_minf), error, 1, 0.0, rel)
 
     def masses(self) -> np.ndarray:
         return self.rows.sum(axis=1) + np.array([self.a_inf, self.b_minf])
@@ -266,10 +364,11 @@ class SplitBuckets(BucketRepresentation):
         (r, u: q = r e^{-u}) so grids may reach any loss (docs/floating-point.md)."""
         t = self.grid.losses
         A, B = self.rows
+        ra, rb = (float(r) * (1.0 + _W) for r in self.relative)
         return {"ab": ThresholdSum.build(t, A, A, t, _upper_const(self.a_inf + self.error[0]),
-                                         True),
+                                         True, ra),
                 "ba": ThresholdSum.build(-t, B, B, -t,
-                                         _upper_const(self.b_minf + self.error[1]), True)}
+                                         _upper_const(self.b_minf + self.error[1]), True, rb)}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
         return {}
@@ -281,7 +380,7 @@ class SplitBuckets(BucketRepresentation):
             return self
         rows = np.pad(self.rows, ((0, 0), (k, k)))
         return SplitBuckets(self.grid.with_buckets(n), rows, self.a_inf, self.b_minf,
-                            self.error, self.compositions, self.overflow)
+                            self.error, self.compositions, self.overflow, self.relative)
 
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "SplitBuckets":
         """Keep the buckets of ``grid`` (a ``Grid.window``); atoms beyond it are split
@@ -304,10 +403,15 @@ class SplitBuckets(BucketRepresentation):
         newB[0] += _dot(b_bot, w_keep_bot)
         b_over = _dot(b_bot, w_out_bot)
         folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
-        err = self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
+        # non-negative folds keep each entry's relative error; their rounding and the
+        # moved atoms' relative error are absolute (the folded mass is tiny)
+        over = np.array([a_over, b_over])
+        err = (self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
+               + (self.relative + 4 * _U) * over) * (1.0 + 1e-12)
         return SplitBuckets(grid, np.vstack([newA, newB]),
                             self.a_inf + a_over, self.b_minf + b_over, err,
-                            self.compositions, self.overflow + max(a_over, b_over))
+                            self.compositions, self.overflow + max(a_over, b_over),
+                            self.relative)
 
     def compose_full(self, other: "SplitBuckets", tolerance: float = 0.0) -> "SplitBuckets":
         """T1 x T2 with all 4n+1 indices kept (no corner folding yet)."""
@@ -322,11 +426,13 @@ class SplitBuckets(BucketRepresentation):
         n = self.grid.number_of_buckets
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf
-        err = _propagate(self.error, self.masses(), other.error, other.masses(), fft_err,
-                         np.zeros((2, 1)))
+        atoms = np.array([self.a_inf + other.a_inf, self.b_minf + other.b_minf])
+        err = _propagate(self.error, self.relative, self.masses(), other.error,
+                         other.relative, other.masses(), fft_err, np.zeros((2, 1)), atoms)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return SplitBuckets(grid, z, a_inf, b_minf, err,
-                            self.compositions + other.compositions, 0.0)
+                            self.compositions + other.compositions, 0.0,
+                            _compose_relative(self.relative, other.relative))
 
     def squared(self) -> "SplitBuckets":
         """T: f -> f^2; odd points split between their even neighbours, masses kept."""
@@ -345,9 +451,9 @@ class SplitBuckets(BucketRepresentation):
             out[first_lo: first_lo + len(odd)] += odd * w_lo
             out[first_lo + 1: first_lo + 1 + len(odd)] += odd * w_hi
             rows.append(out)
-        err = self.error + 4.0 * _U * self.masses()
-        return SplitBuckets(new, np.vstack(rows), self.a_inf, self.b_minf, err,
-                            self.compositions, 0.0)
+        # column sums 1 (the weights' rounding is relative): the absolute part is kept
+        return SplitBuckets(new, np.vstack(rows), self.a_inf, self.b_minf, self.error,
+                            self.compositions, 0.0, _rounded_relative(self.relative))
 
     def loss_moments(self):
         """A-weighted mean and standard deviation of the loss (for grid choice)."""
@@ -411,6 +517,11 @@ class GroupedBuckets(BucketRepresentation):
     a_inf: float = 0.0        # A-mass of the group of events with loss +inf (B = 0)
     b_minf: float = 0.0       # B-mass of the group of events with loss -inf (A = 0)
     directions: Tuple[str, ...] = ("ab", "ba")
+    relative: Optional[np.ndarray] = None   # entrywise relative error per row
+
+    def __post_init__(self):
+        if self.relative is None:
+            object.__setattr__(self, "relative", np.zeros(len(self.rows)))
 
     @property
     def infinity_bucket(self) -> Tuple[float, float]:
@@ -436,14 +547,14 @@ class GroupedBuckets(BucketRepresentation):
                 curves["ab"] = ThresholdSum.build(
                     np.nan_to_num(th, nan=-np.inf), gA, gC, t,
                     _lower_const(self.a_inf - (self.row_error("A") + w * self.row_error("C"))),
-                    False)
+                    False, self.row_relative("A") + _W * self.row_relative("C"))
             if "ba" in self.directions:
                 gB, gD = self.row("B"), self.row("D")
                 th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
                 curves["ba"] = ThresholdSum.build(
                     np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
                     _lower_const(self.b_minf - (self.row_error("B") + w * self.row_error("D"))),
-                    False)
+                    False, self.row_relative("B") + _W * self.row_relative("D"))
         return curves
 
     @property
@@ -495,19 +606,21 @@ class GroupedBuckets(BucketRepresentation):
         ea_d = np.where(a < tiny, 0.0, ea)
         eb_c[0], ea_d[-1] = eb[0], ea[-1]
         full = {"A": a, "C": C, "B": b, "D": D}
-        full_err = {"A": ea.sum(), "C": (eb_c * et).sum(), "B": eb.sum(),
-                    "D": (ea_d / et).sum()}
+        full_err = {"A": ea, "C": eb_c * et, "B": eb, "D": ea_d / et}
         kinds = [k for d in directions for k in _ROW_KINDS[d]]
         rows = np.vstack([full[k] for k in kinds])
-        error = np.array([full_err[k] for k in kinds]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
+        rel, error = _leaf_errors(rows, [full_err[k] * (1 + 1e-9) for k in kinds],
+                                  [1e-300 * len(t)] * len(kinds))
         keep_a, keep_b = "ab" in directions, "ba" in directions
         return GroupedBuckets(grid, rows, error, 1, float(a_inf) if keep_a else 0.0,
-                              float(b_minf) if keep_b else 0.0, tuple(directions))
+                              float(b_minf) if keep_b else 0.0, tuple(directions), rel)
 
-    def _with(self, grid, rows, error, compositions=None, infinities=None) -> "GroupedBuckets":
+    def _with(self, grid, rows, error, compositions=None, infinities=None,
+              relative=None) -> "GroupedBuckets":
         a_inf, b_minf = infinities if infinities is not None else (self.a_inf, self.b_minf)
         return GroupedBuckets(grid, rows, error, self.compositions if compositions is None
-                              else compositions, a_inf, b_minf, self.directions)
+                              else compositions, a_inf, b_minf, self.directions,
+                              self.relative if relative is None else relative)
 
     def _product_infinities(self, other: "GroupedBuckets"):
         """Events with a +inf (-inf) component: A-mass a1 + a2 - a1 a2 (B likewise)."""
@@ -520,6 +633,14 @@ class GroupedBuckets(BucketRepresentation):
 
     def row_error(self, kind: str) -> float:
         return float(self.error[self.kinds.index(kind)])
+
+    def row_relative(self, kind: str) -> float:
+        return float(self.relative[self.kinds.index(kind)])
+
+    def _atoms(self) -> np.ndarray:
+        """Per row, the infinity group its error also covers (A: a_inf, B: b_minf)."""
+        return np.array([self.a_inf if k == "A" else self.b_minf if k == "B" else 0.0
+                         for k in self.kinds])
 
     def padded(self, n: int) -> "GroupedBuckets":
         k = n - self.grid.number_of_buckets
@@ -537,11 +658,14 @@ class GroupedBuckets(BucketRepresentation):
 
     def from_product(self, other: "GroupedBuckets", z, fft_err) -> "GroupedBuckets":
         n = self.grid.number_of_buckets
-        err = _propagate(self.error, self.rows.sum(axis=1), other.error,
-                         other.rows.sum(axis=1), fft_err, np.zeros((len(self.rows), 1)))
+        ax, ay = self._atoms(), other._atoms()
+        err = _propagate(self.error, self.relative, self.rows.sum(axis=1) + ax, other.error,
+                         other.relative, other.rows.sum(axis=1) + ay, fft_err,
+                         np.zeros((len(self.rows), 1)), ax + ay)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return self._with(grid, z, err, self.compositions + other.compositions,
-                          self._product_infinities(other))
+                          self._product_infinities(other),
+                          _compose_relative(self.relative, other.relative))
 
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "GroupedBuckets":
         """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
@@ -571,16 +695,19 @@ class GroupedBuckets(BucketRepresentation):
         if hi > lo:
             rows[:, lo - start: hi - start] = self.rows[:, lo:hi]
         err = self.error.copy()
+        rel = self.relative.copy()
         if s:
             scale = math.exp(s * d)
             for i, kind in enumerate(self.kinds):
                 if kind == "C":
                     rows[i] *= scale
                     err[i] *= max(scale, 1.0) * (1.0 + 4 * _U)
+                    rel[i] = _rounded_relative(rel[i], 3)      # exp and one product
                 elif kind == "D":
                     rows[i] /= scale
                     err[i] *= max(1.0 / scale, 1.0) * (1.0 + 4 * _U)
-        return self._with(grid, rows, err)
+                    rel[i] = _rounded_relative(rel[i], 3)
+        return self._with(grid, rows, err, relative=rel)
 
     def squared(self) -> "GroupedBuckets":
         f = self.grid.factor
@@ -588,8 +715,9 @@ class GroupedBuckets(BucketRepresentation):
         kinds = self.kinds
         rows = np.vstack([_merged(r, self.grid, weight[k]) for r, k in zip(self.rows, kinds)])
         growth = np.array([max(weight[k], 1.0) for k in kinds])
-        err = self.error * growth + 4.0 * _U * self.rows.sum(axis=1)
-        return self._with(self.grid.squared(), rows, err)
+        err = self.error * growth * (1.0 + 4 * _U)
+        return self._with(self.grid.squared(), rows, err,
+                          relative=_rounded_relative(self.relative))
 
 
 #: largest |loss| a re-labelling may move groups by (f^s stays a finite double)
@@ -632,9 +760,14 @@ class PaperBuckets(BucketRepresentation):
     rows: np.ndarray          # (3, 2n+1): A, V, R
     a_inf: float              # the infinity bucket (A-mass of loss > t_n, incl. +inf)
     u: int
-    error: np.ndarray         # (3,) l1 error bounds of (A, a_inf), V, R
+    error: np.ndarray         # (3,) absolute parts: (A, a_inf), V, R
     compositions: int = 1
     direction: str = "ab"     # the neighbouring direction: pair (A||B) or mirrored (B||A)
+    relative: Optional[np.ndarray] = None   # (3,) entrywise relative error of the rows
+
+    def __post_init__(self):
+        if self.relative is None:
+            object.__setattr__(self, "relative", np.zeros(len(self.rows)))
 
     @property
     def infinity_bucket(self) -> Tuple[float, float]:
@@ -649,7 +782,8 @@ class PaperBuckets(BucketRepresentation):
         """Definition 9 (u_T misplacement, real EC terms)."""
         A, _, R = self.rows
         const = _upper_const(self.a_inf + self.error[0] + self.error[2])
-        return {self.direction: PaperUpper(self.grid, A, R, const, self.u)}
+        rel = float(max(self.relative[0], self.relative[2]))
+        return {self.direction: PaperUpper(self.grid, A, R, const, self.u, rel)}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
         """Theorem 2 with the virtual EC terms."""
@@ -658,7 +792,8 @@ class PaperBuckets(BucketRepresentation):
         with np.errstate(invalid="ignore", divide="ignore"):
             th = np.nan_to_num(np.minimum(t, t + _log(pA) - _log(pV)), nan=-np.inf)
         return {self.direction: ThresholdSum.build(
-            th, pA, pV, t, _lower_const(-(self.error[0] + self.error[1])), False)}
+            th, pA, pV, t, _lower_const(-(self.error[0] + self.error[1])), False,
+            float(self.relative[0] + _W * self.relative[1]))}
 
     @classmethod
     def leaves(cls, pair, grid: Grid, methods=("paper",)) -> Tuple["PaperBuckets", ...]:
@@ -679,16 +814,21 @@ class PaperBuckets(BucketRepresentation):
         R = V.copy()
         R[0] = A[0]                                  # l(-n) = 0
         rows = np.vstack([A, V, R])
-        ev = float((eb[:-1] * et).sum())
-        error = np.array([float(ea.sum()), ev, ev]) * (1 + 1e-9) + 8 * _U * rows.sum(axis=1)
-        return PaperBuckets(grid, rows, float(a[-1]), 1, error, 1, direction)
+        eV = eb[:-1] * et * (1 + 1e-9)
+        eR = eV.copy()
+        eR[0] = ea[0]
+        rel, error = _leaf_errors(rows, (ea[:-1], eV, eR),
+                                  (float(ea[-1]) + 1e-300 * len(t), 1e-300 * len(t),
+                                   1e-300 * len(t)))
+        return PaperBuckets(grid, rows, float(a[-1]), 1, error, 1, direction, rel)
 
     def padded(self, n: int) -> "PaperBuckets":
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
         return PaperBuckets(self.grid.with_buckets(n), np.pad(self.rows, ((0, 0), (k, k))),
-                            self.a_inf, self.u, self.error, self.compositions, self.direction)
+                            self.a_inf, self.u, self.error, self.compositions, self.direction,
+                            self.relative)
 
     def tamed(self) -> "PaperBuckets":
         """Keep the EC rows inside floating-point range.
@@ -704,9 +844,12 @@ class PaperBuckets(BucketRepresentation):
         rows = np.vstack([A, np.minimum(np.maximum(V, A), np.exp(np.minimum(
             self.grid.losses, 600.0))), A])
         rows[1] = np.where(V > 1e100, np.exp(np.minimum(self.grid.losses, 600.0)), rows[1])
-        err = np.array([self.error[0], self.error[1], self.error[0]])
+        # max(V, A) is within |dV| + |dA| of the exact one
+        err = np.array([self.error[0], self.error[0] + self.error[1], self.error[0]])
+        r0, r1 = float(self.relative[0]), float(self.relative[1])
+        rel = np.array([r0, max(r0, r1), r0])
         return PaperBuckets(self.grid, rows, self.a_inf, self.u, err, self.compositions,
-                            self.direction)
+                            self.direction, rel)
 
     def compose_full(self, other: "PaperBuckets", tolerance: float = 0.0) -> "PaperBuckets":
         """T1 x T2 with all indices kept; both operands are ``tamed`` first."""
@@ -723,10 +866,13 @@ class PaperBuckets(BucketRepresentation):
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
         my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
-        err = _propagate(self.error, mx, other.error, my, fft_err, np.zeros((3, 1)))
+        atoms = np.array([self.a_inf + other.a_inf, 0.0, 0.0])
+        err = _propagate(self.error, self.relative, mx, other.error, other.relative, my,
+                         fft_err, np.zeros((3, 1)), atoms)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return PaperBuckets(grid, z, a_inf, self.u + other.u, err,
-                            self.compositions + other.compositions, self.direction)
+                            self.compositions + other.compositions, self.direction,
+                            _compose_relative(self.relative, other.relative))
 
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "PaperBuckets":
         """Corner rules of Definitions 4 and 7 on ``grid`` (a ``Grid.window``): above
@@ -741,9 +887,12 @@ class PaperBuckets(BucketRepresentation):
         rows[0, 0] = bottom
         rows[1, 0] = math.exp(grid.losses[0])  # certified bound on the virtual term (class doc)
         rows[2, 0] = bottom                    # l(bottom) = 0
-        err = self.error + 4.0 * max(m - n, 1) * _U * np.array([top + bottom, 0.0, bottom])
+        err = (self.error + 4.0 * max(m - n, 1) * _U * np.array([top + bottom, 0.0, bottom])
+               + np.array([(self.relative[0] + 4 * _U) * top, 0.0, 0.0])) * (1.0 + 1e-12)
+        rel = self.relative.copy()
+        rel[2] = max(rel[2], rel[0])                 # the bottom R entry is an A sum
         return PaperBuckets(grid, rows, self.a_inf + top, self.u, err, self.compositions,
-                            self.direction)
+                            self.direction, rel)
 
     def squared(self) -> "PaperBuckets":
         f = self.grid.factor
@@ -754,6 +903,8 @@ class PaperBuckets(BucketRepresentation):
         newR = _merged(R, self.grid, f)
         bottom = _ceil_half(int(self.grid.indices[0])) - new.offset + new.number_of_buckets
         newR[bottom] = newA[bottom]                  # l = 0 where the old bottom lands
-        err = self.error * np.array([1.0, f, f]) + 4.0 * _U * self.rows.sum(axis=1)
+        err = self.error * np.array([1.0, f, f]) * (1.0 + 4 * _U)
+        rel = _rounded_relative(self.relative)
+        rel[2] = max(rel[2], rel[0])                 # one R entry is an A entry
         return PaperBuckets(new, np.vstack([newA, newV, newR]), self.a_inf,
-                            -(-self.u // 2) + 1, err, self.compositions, self.direction)
+                            -(-self.u // 2) + 1, err, self.compositions, self.direction, rel)

@@ -33,6 +33,13 @@ from ._fp import UNIT_ROUNDOFF  # also re-exported here for older imports
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 _SAFETY = 4.0
+#: entrywise relative round-off of the recombined product: z_k carries at most this
+#: times (x * y)_k plus the absolute bound ``convolve_rows`` returns.  The parts of a
+#: row satisfy |p_j| <= 2x entrywise, so an exact level l has |L_l| <= 4(l+1) x*y; the
+#: levels are added finest first, so the partial sums before the last four additions
+#: are at most (25, 13, 5, 1) x*y plus the rest: 44u, rounded up
+#: (docs/floating-point.md)
+CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
 
@@ -103,8 +110,9 @@ def _pair_bound(n_fft, na, nb):
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
     """Full linear convolution of matching rows of ``x`` and ``y`` (``y=None``: x with x).
 
-    Returns (z, l1_error): z has shape (rows, 2m-1), l1_error[k] bounds the l1 norm of
-    the round-off of row k.  All rows go through one batched, multi-threaded transform.
+    Returns (z, l1_error): z has shape (rows, 2m-1); the round-off of row k is at most
+    CONVOLUTION_RELATIVE_ERROR times the exact product entrywise plus an absolute part
+    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows go through one batched, multi-threaded transform.
     Each row is split exactly into hi + lo (or hi + mid + lo when the two-way bound
     would exceed ``tolerance``); the products of the leading parts are recovered
     exactly by rounding to their grids, only the rest carries round-off.
@@ -131,42 +139,49 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     scale = np.ldexp(1.0, (ex + ey).astype(int))
     three_way = bool(np.any(two_way * scale > tolerance))
     if three_way:
-        # mid part: the hi*mid products must land on grid s0*s1 with room to round
-        proxy = _pair_bound(n_fft, n_hx, n_ry) + _pair_bound(n_fft, n_rx, n_hy)
-        b2 = np.floor(np.log2(s0[:, 0] ** 2 / np.maximum(8.0 * proxy, 1e-300)))
-        s1 = s0 * np.ldexp(1.0, -np.clip(b2, 1, 40).astype(int))[:, None]
-        mx, lx = _round_to(rx, s1)
-        my, ly = (mx, lx) if same else _round_to(ry, s1)
-        parts = [hx, mx, lx] if same else [hx, mx, lx, hy, my, ly]
-        spectra = _rfft(_stacked(parts), n_fft)
-        products = np.empty((3,) + spectra.shape[1:], dtype=spectra.dtype)
-        if same:
-            fh, fm, fl = spectra
-            np.multiply(fh, fh, out=products[0])
-            np.multiply(fh, fm, out=products[1])
-            products[1] *= 2.0
-            np.add(fh, fm, out=products[2])
-            products[2] *= 2.0
-            products[2] += fl
-            products[2] *= fl
-            products[2] += fm * fm
-        else:
-            fhx, fmx, flx, fhy, fmy, fly = spectra
-            np.multiply(fhx, fhy, out=products[0])
-            np.multiply(fhx, fmy, out=products[1])
-            products[1] += fmx * fhy
-            np.multiply(fmx, fmy, out=products[2])
-            products[2] += fhx * fly
-            products[2] += flx * (fhy + fmy + fly)
-            products[2] += fmx * fly
-        n_mx, n_lx = _row_norms(mx), _row_norms(lx)
-        n_my, n_ly = (n_mx, n_lx) if same else (_row_norms(my), _row_norms(ly))
-        grids = [(s0 * s0)[:, 0], (s0 * s1)[:, 0]]
-        bounds = [_pair_bound(n_fft, n_hx, n_hy),
-                  _pair_bound(n_fft, n_hx, n_my) + _pair_bound(n_fft, n_mx, n_hy)]
-        rest = (_pair_bound(n_fft, n_mx, n_my) + _pair_bound(n_fft, n_hx, n_ly)
-                + _pair_bound(n_fft, n_lx, n_hy) + _pair_bound(n_fft, n_mx, n_ly)
-                + _pair_bound(n_fft, n_lx, n_my) + _pair_bound(n_fft, n_lx, n_ly)) * 2.0
+        # more parts on grids s0 2^{-j b}: the products p_i * q_j with i + j = l all
+        # lie on the grid s0^2 2^{-l b}; levels whose certified FFT error stays below a
+        # quarter of their grid are recovered exactly, only the rest carries round-off
+        pb_hr = _pair_bound(n_fft, n_hx, n_ry) + _pair_bound(n_fft, n_rx, n_hy)
+        pb_rr = _pair_bound(n_fft, n_rx, n_ry)
+        s0v = s0[:, 0]
+        b1 = np.floor(np.log2(s0v ** 2 / np.maximum(8.0 * pb_hr, 1e-300)))
+        b2 = np.floor(np.log2(s0v ** 2 / np.maximum(8.0 * pb_rr, 1e-300)) / 2.0)
+        b = np.clip(np.minimum(b1, b2) - 3, 1, 40)      # room for the sums of a level
+        step = np.ldexp(1.0, -b.astype(int))
+        k = 3
+        while k < _MAX_PARTS and np.any(two_way * scale * step ** (k - 2) > tolerance):
+            k += 1
+        px = _parts(hx, rx, s0v, step, k)
+        py = px if same else _parts(hy, ry, s0v, step, k)
+        spectra = _rfft(_stacked(px if same else px + py), n_fft)
+        fx = spectra[:k]
+        fy = fx if same else spectra[k:]
+        nx = [_row_norms(p) for p in px]
+        ny = nx if same else [_row_norms(p) for p in py]
+        levels = k - 1                      # exact levels 0 .. k-2, then the rest
+        products = np.zeros((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
+        bounds = [np.zeros(rows) for _ in range(levels)]
+        rest = np.zeros(rows)
+        for i in range(k):
+            for j in range(k):
+                if same and j < i:
+                    continue
+                weight = 1.0 if (not same or i == j) else 2.0
+                pair = fx[i] * fy[j]
+                bound = _pair_bound(n_fft, nx[i], ny[j]) * weight
+                l = i + j
+                target = l if (l < levels and i < k - 1 and j < k - 1) else levels
+                if weight != 1.0:
+                    pair *= weight
+                products[target] += pair
+                if target < levels:
+                    bounds[target] += bound
+                else:
+                    rest += bound
+        bounds = [bd * 1.5 for bd in bounds]
+        rest = rest * 2.0
+        grids = [s0v * s0v * step ** l for l in range(levels)]
     else:
         spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry]), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
@@ -188,19 +203,42 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     results = _irfft(products, n_fft)
     z = results[-1, :, : 2 * m - 1].copy()
     l2_err = np.asarray(rest, dtype=float).copy()
-    for j, (grid, bound) in enumerate(zip(grids, bounds)):
+    # finest level first: every partial sum is then x*y minus the coarser levels
+    for j, (grid, bound) in reversed(list(enumerate(zip(grids, bounds)))):
         part = results[j, :, : 2 * m - 1]
         exact = bound < 0.25 * grid
         g = grid[:, None]
         z += np.where(exact[:, None], np.round(part / g) * g, part)      # exact rows
         l2_err += np.where(exact, 0.0, bound)
+    # the rest carries the FFT's absolute round-off; adding the exact parts to it
+    # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
+    # magnitude per addition, which is absolute
+    rest_l1 = np.abs(results[-1, :, : 2 * m - 1]).sum(axis=1)
     z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
-    l1_err = (math.sqrt(n_fft) * l2_err + 4.0 * len(grids) * UNIT_ROUNDOFF * z.sum(axis=1)
+    fft_l1 = math.sqrt(n_fft) * l2_err
+    l1_err = ((fft_l1 + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1)) * (1 + 1e-9)
               + _TINY * z.shape[1])
     z *= scale[:, None]
     z[~live] = 0.0
     errors = np.where(live, l1_err * scale, 0.0)
     return z, errors
+
+
+#: most parts a row is split into (hi, mids, rest): each further part recovers about
+#: b more bits of every product exactly, at one more forward and inverse transform
+_MAX_PARTS = 5
+
+
+def _parts(hi, rest, s0, step, k):
+    """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact)."""
+    parts = [hi]
+    grid = s0
+    for _ in range(k - 2):
+        grid = grid * step
+        part, rest = _round_to(rest, grid[:, None])
+        parts.append(part)
+    parts.append(rest)
+    return parts
 
 
 def _stacked(parts):

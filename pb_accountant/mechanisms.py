@@ -52,6 +52,22 @@ def normal_interval_error(lo, hi, mass) -> np.ndarray:
     return 2.0 * _U * (8.0 + reach * reach) * np.asarray(mass)
 
 
+def endpoint_mass(z, dz) -> np.ndarray:
+    """Bound on the standard-normal mass within ``dz`` of each end point ``z``.
+
+    An interval whose computed end points are within dz of the exact ones differs from
+    the exact interval by at most this mass at each end: 2 dz times the density's
+    largest value there, phi(max(|z| - dz, 0)) (with 1e-3 of room for its own rounding).
+    """
+    z = np.asarray(z, dtype=float)
+    dz = np.asarray(dz, dtype=float)
+    live = np.isfinite(z) & (dz > 0)
+    near = np.maximum(np.abs(np.where(live, z, 0.0)) - np.where(live, dz, 0.0), 0.0)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out = 2.0 * dz * np.exp(-0.5 * near * near) * _INV_SQRT_2PI * 1.001
+    return np.where(live, np.minimum(out, 1.0), 0.0)
+
+
 def normal_interval_mass(lo, hi) -> np.ndarray:
     """P(lo < Z <= hi) for a standard normal Z, accurate to a few ulp relative.
 
@@ -210,12 +226,21 @@ class SubsampledGaussian(MechanismPair):
         t = np.asarray(t, dtype=float)
         if q == 1.0:
             return s2 * t + 0.5
-        with np.errstate(divide="ignore", invalid="ignore"):
-            big = t > 0.0
-            inner = np.where(big, t + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 0.0))),
-                             np.log(np.maximum(np.expm1(t) + q, 0.0)))
-            x = s2 * (inner - math.log(q)) + 0.5
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            inner = self._inner(t)
+            x = s2 * inner + 0.5
         return np.where(t <= math.log1p(-q), -np.inf, x)
+
+    def _inner(self, t):
+        """log((e^t - (1-q)) / q): log1p(expm1(t) / q) (no subtraction of log q, whose
+        rounding would cost u |log q| at every end point), and for t > 30, where
+        expm1(t) / q could overflow, t - log q + log1p((q-1) e^{-t})."""
+        q = self.sample_rate
+        big = t > 30.0
+        small_t = np.where(big, 0.0, t)
+        y = np.maximum(np.expm1(small_t) / q, -1.0)
+        return np.where(big, t - math.log(q) + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 30.0))),
+                        np.log1p(y))
 
     def _loss_of_x(self, x):
         s2 = self.noise_multiplier ** 2
@@ -229,17 +254,52 @@ class SubsampledGaussian(MechanismPair):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
+    def _x_error(self, t, x):
+        """Bound on |x(t) computed - x(t)| (the end points' own round-off), from the
+        condition of each step of ``_x_of_loss`` with exp/expm1/log/log1p good to one
+        ulp and 2u of room per step (docs/floating-point.md)."""
+        u = _U
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        ax = np.abs(np.where(np.isfinite(x), x, 0.0))
+        if q == 1.0:
+            return 4.0 * u * (s2 * np.abs(t) + ax)
+        lq = abs(math.log(q))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            big = t > 30.0
+            inner = np.abs(self._inner(t))
+            # t <= 30: y = expm1(t) / q carries 3u (expm1, the division), log1p turns
+            # that into 3u |y| / (1 + y) and adds its own ulp; t > 30: each of the
+            # three terms and two sums costs an ulp of t + |log q| + 1
+            y = np.expm1(np.where(big, 0.0, t)) / q
+            d_small = 3.03 * u * np.abs(y) / (1.0 + y) + 2.0 * u * inner
+            d_big = 4.0 * u * (np.abs(t) + lq + 1.0)
+            dinner = np.where(big, d_big, d_small)
+            dx = (s2 * (dinner + 2.0 * u * inner) + 2.0 * u * ax) * 1.01
+        return np.where(np.isfinite(x), dx, 0.0)
+
     def _continuous_with_error(self, t):
         s = self.noise_multiplier
         q = self.sample_rate
-        x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
+        xt = self._x_of_loss(t)
+        dx = np.concatenate(([0.0], self._x_error(t, xt), [0.0]))
+        x = np.concatenate(([-np.inf], xt, [np.inf]))
         x = np.maximum.accumulate(x)  # guards against rounding making it non-monotone
         z0l, z0h = x[:-1] / s, x[1:] / s
         z1l, z1h = (x[:-1] - 1.0) / s, (x[1:] - 1.0) / s
         b = normal_interval_mass(z0l, z0h)
         a1 = normal_interval_mass(z1l, z1h)
-        eb = normal_interval_error(z0l, z0h, b)
-        ea1 = normal_interval_error(z1l, z1h, a1)
+        # events within the end points' error may belong to the neighbouring bucket:
+        # their mass joins each bucket's error (z = x / s adds its own rounding)
+        ax = np.abs(np.where(np.isfinite(x), x, 0.0))
+        dz0 = (dx / s + 4.0 * _U * ax / s) * 1.01
+        dz1 = ((dx + 2.0 * _U * (ax + 1.0)) / s + 4.0 * _U * (ax + 1.0) / s) * 1.01
+        m0 = endpoint_mass(x / s, dz0)
+        with np.errstate(invalid="ignore"):
+            m1 = endpoint_mass((x - 1.0) / s, dz1)
+        eb = normal_interval_error(z0l, z0h, b) + m0[:-1] + m0[1:]
+        ea1 = normal_interval_error(z1l, z1h, a1) + m1[:-1] + m1[1:]
         if q == 1.0:
             return a1, b, ea1, eb
         a = (1.0 - q) * b + q * a1

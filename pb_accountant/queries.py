@@ -53,9 +53,14 @@ class ThresholdSum:
     absolute: float       # underflow allowance
 
     @staticmethod
-    def build(theta, p, r, u, const, upper) -> "ThresholdSum":
+    def build(theta, p, r, u, const, upper, relative: float = 0.0) -> "ThresholdSum":
         """Terms p_i - e^eps r_i e^{-u_i} for eps < theta_i; needs theta_i <= u_i + 0.05
-        (every included term then has e^eps q_i <= e^0.05 p_i)."""
+        (every included term then has e^eps q_i <= e^0.05 p_i).
+
+        ``relative``: entrywise relative error of the rows, in units of the included
+        p-mass (r_p + e^0.05 r_q, docs/floating-point.md); it is added to the
+        round-off allowance on P, so it costs in proportion to the tail that decides
+        delta, never a fixed floor."""
         theta = np.asarray(theta, dtype=float)
         p = np.asarray(p, dtype=float)
         r = np.asarray(r, dtype=float)
@@ -92,7 +97,7 @@ class ThresholdSum:
         if m:
             block[m] = len(starts) - 1
         nblocks = max(len(starts), 1)
-        slack_factor = 4.0 * (m + 2 + 4 * nblocks + 8) * _U
+        slack_factor = (4.0 * (m + 2 + 4 * nblocks + 8) * _U + float(relative)) * (1.0 + 1e-9)
         absolute = (m + 4 * nblocks + 4) * _UNDERFLOW_PER_TERM
         return ThresholdSum(theta, P, Qs, block, np.asarray(shift, dtype=float), float(const),
                             upper, slack_factor, absolute)
@@ -142,11 +147,13 @@ class PaperUpper:
     """Definition 9 for one direction, vectorised over eps with cumulative sums.
 
     ``A``, ``R``: the paper's bucket masses and real EC rows (docs/method.md §5) on
-    ``grid``; ``const``: infinity bucket plus certified round-off; ``u``: u_T.  All
-    tables are built in the constructor; the object is never changed afterwards.
+    ``grid``; ``const``: infinity bucket plus certified round-off; ``u``: u_T;
+    ``relative``: entrywise relative error of A and R (each term's error is at most
+    that times its A and R parts).  All tables are built in the constructor; the
+    object is never changed afterwards.
     """
 
-    def __init__(self, grid, A, R, const: float, u: int):
+    def __init__(self, grid, A, R, const: float, u: int, relative: float = 0.0):
         n = grid.number_of_buckets
         t = grid.losses
         e = np.exp(-np.maximum(t, 0.0))
@@ -157,7 +164,8 @@ class PaperUpper:
         self.tail_Ae = np.concatenate((np.cumsum((A * e)[::-1])[::-1], [0.0]))
         self.tail_Re = np.concatenate((np.cumsum((R * e)[::-1])[::-1], [0.0]))
         self.const = const
-        self.slack = 8.0 * (2 * n + 3) * _U
+        self.slack = 8.0 * (2 * n + 3) * _U + float(relative) * (1.0 + 1e-9)
+        self.relative = float(relative) * (1.0 + 1e-9)
 
     def __call__(self, eps):
         eps = np.atleast_1d(np.asarray(eps, dtype=float))
@@ -172,7 +180,10 @@ class PaperUpper:
             inner = (self.tail_Ae[pos] - self.tail_Ae[pos_u]) + self.tail_Re[pos_u]
             body = self.tail_A[pos] - np.exp(eps) * inner
         body = np.where(inner > 0, body, self.tail_A[pos])
-        val = self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos]
+        with np.errstate(over="ignore", invalid="ignore"):
+            # the R side's relative error (the A side's is in ``slack``)
+            r_side = np.where(inner > 0, self.relative * np.exp(eps) * inner, 0.0)
+        val = self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos] + r_side
         return np.minimum(val, 1.0)
 
     def epsilon(self, delta: float) -> float:
