@@ -25,6 +25,7 @@ _EXPORTS = {
     "check_sample_rate": "sampling",
     "SampleRateWarning": "sampling",
     "SamplerMismatchWarning": "sampling",
+    "privacy_report": "report",
     "loader_sampling": "sampling",
     "sampler_check": "sampling",
 }
