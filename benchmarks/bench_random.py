@@ -220,6 +220,17 @@ def measure(setting, runner, limit):
     return row
 
 
+def read_csv(path):
+    """A saved table, numbers parsed."""
+    text = {"kind", "peer", "prv_status", "pld_status"}
+    rows = []
+    with open(path, newline="") as fh:
+        for raw in csv.DictReader(fh):
+            rows.append({k: (v if k in text else (int(v) if k in ("index", "segments", "steps")
+                                                  else float(v))) for k, v in raw.items()})
+    return rows
+
+
 def draw(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -303,8 +314,18 @@ def main(argv=None):
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--peer-limit", type=float, default=10.0)
     parser.add_argument("--only", type=int, nargs="*", help="setting indices to run")
+    parser.add_argument("--summarize", metavar="CSV",
+                        help="only print the summary and draw the picture of a saved table")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    if args.summarize:
+        rows = read_csv(args.summarize)
+        summary(rows)
+        out = os.path.dirname(os.path.abspath(args.summarize))
+        with open(os.path.join(out, "random_suite_summary.txt"), "w") as fh:
+            summary(rows, fh)
+        draw(rows, os.path.join(out, "random_suite.png"))
+        return
     n = 12 if args.quick else args.n
     settings = draw_settings(n, args.seed)
     if args.only:
