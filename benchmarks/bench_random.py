@@ -4,7 +4,8 @@ Draws ``--n`` settings with a fixed ``--seed`` across the space people use: sigm
 q 1e-5..1, steps 1..1e7 and delta 1e-15..1e-2 (all log-uniform), and a share of noise
 schedules of 1-1000 segments (per-epoch sigma drawn around a base or decaying, batch size
 changes).  For each setting it records pb's time from scratch for both bounds
-(``get_epsilon_bounds`` on a fresh accountant, median of 3), the peers' times measured in
+(``get_epsilon_bounds`` on a fresh accountant, median of 3, in a forked child stopped after
+``--pb-limit`` seconds: a "timeout" reads as that time), the peers' times measured in
 the same run (Opacus ``PRVAccountant``; dp_accounting's PLD at
 value_discretization_interval 1e-4, pessimistic estimate, connect-the-dots), pb's width
 (up - low) / up and pb's upper bound against the pessimistic PLD epsilon.
@@ -177,23 +178,53 @@ def pb_run(history, delta, repeats=3):
     return bounds, statistics.median(times)
 
 
+def _pb_child(conn, history, delta):
+    b, t = pb_run(history, delta)
+    conn.send((b.lower, b.upper, t))
+
+
+def pb_limited(history, delta, limit):
+    """pb_run in a forked child: (status, lower, upper, seconds); past ``limit`` seconds
+    the run is stopped and recorded as "timeout" (its time then reads as the limit)."""
+    ctx = mp.get_context("fork")
+    conn, child = ctx.Pipe()
+    proc = ctx.Process(target=_pb_child, args=(child, history, delta), daemon=True)
+    proc.start()
+    try:
+        if conn.poll(limit):
+            low, up, t = conn.recv()
+            return "ok", low, up, t
+        return "timeout", math.nan, math.nan, limit
+    except EOFError:
+        return "error: child died", math.nan, math.nan, math.nan
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        conn.close()
+        child.close()
+
+
 FIELDS = ["index", "kind", "segments", "steps", "sigma_min", "sigma_max", "q_min", "q_max",
-          "delta", "pb_time", "pb_low", "pb_up", "width", "prv_status", "prv_eps",
+          "delta", "pb_status", "pb_time", "pb_low", "pb_up", "width", "prv_status", "prv_eps",
           "prv_time", "pld_status", "pld_eps", "pld_time", "peer", "peer_time", "ratio",
           "up_vs_pld"]
 
 
-def measure(setting, runner, limit):
+def measure(setting, runner, limit, pb_limit):
     history, delta = setting["history"], setting["delta"]
-    b, t_pb = pb_run(history, delta)
-    width = (b.upper - b.lower) / b.upper if (b.upper > 0 and math.isfinite(b.upper)) else (
-        0.0 if b.upper == 0 else math.inf)
+    pb_status, low, up, t_pb = pb_limited(history, delta, pb_limit)
+    if pb_status != "ok":
+        width = math.nan
+    else:
+        width = (up - low) / up if (up > 0 and math.isfinite(up)) else (
+            0.0 if up == 0 else math.inf)
     row = {"index": setting["index"], "kind": setting["kind"], "segments": len(history),
            "steps": sum(c for _, _, c in history),
            "sigma_min": min(s for s, _, _ in history), "sigma_max": max(s for s, _, _ in history),
            "q_min": min(q for _, q, _ in history), "q_max": max(q for _, q, _ in history),
-           "delta": delta, "pb_time": t_pb, "pb_low": b.lower, "pb_up": b.upper,
-           "width": width}
+           "delta": delta, "pb_status": pb_status, "pb_time": t_pb, "pb_low": low,
+           "pb_up": up, "width": width}
     best = None
     for name in ("pld", "prv"):
         if runner is None:
@@ -214,15 +245,17 @@ def measure(setting, runner, limit):
     else:
         row["peer"], row["peer_time"] = best
     row["ratio"] = row["peer_time"] / t_pb if t_pb > 0 else math.inf
+    if pb_status != "ok" and not row["peer"] in PEERS:
+        row["ratio"] = math.nan          # both stopped at their limits: no ratio
     pld = row["pld_eps"]
-    row["up_vs_pld"] = (b.upper / pld - 1.0 if row["pld_status"] == "ok" and
+    row["up_vs_pld"] = (up / pld - 1.0 if row["pld_status"] == "ok" and
                         math.isfinite(pld) and pld > 0 else math.nan)
     return row
 
 
 def read_csv(path):
     """A saved table, numbers parsed."""
-    text = {"kind", "peer", "prv_status", "pld_status"}
+    text = {"kind", "peer", "prv_status", "pld_status", "pb_status"}
     rows = []
     with open(path, newline="") as fh:
         for raw in csv.DictReader(fh):
@@ -264,7 +297,8 @@ def _fmt(row):
     hist = f"{row['segments']} seg" if row["segments"] > 1 else "1 seg"
     return (f"#{row['index']} {row['kind']} {hist}, steps {row['steps']}, sigma "
             f"{row['sigma_min']:.3g}-{row['sigma_max']:.3g}, q {row['q_min']:.3g}-"
-            f"{row['q_max']:.3g}, delta {row['delta']:.2g}: pb {row['pb_time']:.3f}s "
+            f"{row['q_max']:.3g}, delta {row['delta']:.2g}: pb "
+            f"{'' if row['pb_status'] == 'ok' else '>'}{row['pb_time']:.3f}s "
             f"[{row['pb_low']:.6g}, {row['pb_up']:.6g}] width {row['width']:.2e}, peer "
             f"{row['peer']} {row['peer_time']:.3f}s, ratio {row['ratio']:.2f}, up/PLD-1 "
             f"{row['up_vs_pld']:+.2e}")
@@ -272,18 +306,19 @@ def _fmt(row):
 
 def summary(rows, out=sys.stdout):
     ratios = [r["ratio"] for r in rows if math.isfinite(r["ratio"])]
-    widths = [r["width"] for r in rows]
+    widths = [r["width"] for r in rows if not math.isnan(r["width"])]
     above = [r["up_vs_pld"] for r in rows if math.isfinite(r["up_vs_pld"])]
     p = lambda *a: print(*a, file=out)  # noqa: E731
-    p(f"settings: {len(rows)}")
+    p(f"settings: {len(rows)} (ratio undefined where pb and both peers hit their limits: "
+      f"{sum(math.isnan(r['ratio']) for r in rows)})")
     if ratios:
         p(f"ratio (faster peer / pb): worst {min(ratios):.2f}, median "
           f"{statistics.median(ratios):.2f}, best {max(ratios):.2f}; "
           f"below 5x: {sum(x < 5 for x in ratios)}, below 1x: {sum(x < 1 for x in ratios)}")
     fin = [w for w in widths if math.isfinite(w)]
-    p(f"width: worst {max(widths):.3e}, median {statistics.median(fin) if fin else math.nan:.3e};"
+    p(f"width (pb finished): worst {max(widths):.3e}, median {statistics.median(fin) if fin else math.nan:.3e};"
       f" above 5e-4: {sum(w > 5e-4 for w in widths)}; infinite upper bounds: "
-      f"{sum(not math.isfinite(r['pb_up']) for r in rows)}")
+      f"{sum(r['pb_up'] == math.inf for r in rows)}")
     if above:
         p(f"up vs PLD: worst {max(above):+.3e}, median {statistics.median(above):+.3e}; "
           f"above +3e-4: {sum(a > 3e-4 for a in above)}")
@@ -291,7 +326,10 @@ def summary(rows, out=sys.stdout):
         st = [r[f"{name}_status"] for r in rows]
         p(f"{name}: ok {st.count('ok')}, timeout {st.count('timeout')}, other "
           f"{len(st) - st.count('ok') - st.count('timeout')}")
-    p(f"total pb time {sum(r['pb_time'] for r in rows):.1f}s")
+    p(f"pb: ok {sum(r['pb_status'] == 'ok' for r in rows)}, timeout "
+      f"{sum(r['pb_status'] == 'timeout' for r in rows)} (time read as the limit, ratio "
+      f"then an upper bound on the true one)")
+    p(f"total pb time {sum(r['pb_time'] for r in rows if math.isfinite(r['pb_time'])):.1f}s")
     p("worst ratios:")
     for r in sorted((r for r in rows if math.isfinite(r["ratio"])), key=lambda r: r["ratio"])[:8]:
         p("  " + _fmt(r))
@@ -313,6 +351,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="12 settings")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--peer-limit", type=float, default=10.0)
+    parser.add_argument("--pb-limit", type=float, default=30.0,
+                        help="pb's limit per setting (its runs together); past it: timeout")
     parser.add_argument("--only", type=int, nargs="*", help="setting indices to run")
     parser.add_argument("--summarize", metavar="CSV",
                         help="only print the summary and draw the picture of a saved table")
@@ -337,7 +377,7 @@ def main(argv=None):
     csv_path = os.path.join(args.out, "random_suite.csv")
     try:
         for s in settings:
-            row = measure(s, runner, args.peer_limit)
+            row = measure(s, runner, args.peer_limit, args.pb_limit)
             rows.append(row)
             print(_fmt(row), flush=True)
             with open(csv_path, "w", newline="") as fh:       # saved as it goes
