@@ -649,87 +649,111 @@ class Composer:
             self._values.move_to_end(key)
         return hit
 
-    def _leaf(self, rep, pair, cfg):
-        key = (rep, "leaf", pair, cfg)
-        hit = self._cached(key)
-        if hit is not None:
-            return hit
-        if rep == "split":
-            grid = leaf_grid(pair, cfg[1], self.options, LEAF_LOSS_RANGE)
-            value = (BucketSet.leaf(pair, grid, frozenset({"split"})), None)
-        elif isinstance(rep, tuple):
-            methods = rep[1]
-            exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
-                       if methods & set(cls.variants))
-            cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
-            value = BucketSet.leaf(pair, leaf_grid(pair, cfg[1], self.options, cap), methods)
-        else:
-            grid = self._leaf("split", pair, cfg)[0].grid
-            value = GroupedBuckets.leaves(pair, grid, (rep,))[0]
-        self._remember(key, value)
-        return value
+    def _leaf(self, reps, pair, cfg):
+        """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order)."""
+        out = []
+        for rep in reps:
+            key = (rep, "leaf", pair, cfg)
+            value = self._cached(key)
+            if value is None:
+                if rep == "split":
+                    grid = leaf_grid(pair, cfg[1], self.options, LEAF_LOSS_RANGE)
+                    value = (BucketSet.leaf(pair, grid, frozenset({"split"})), None)
+                elif isinstance(rep, tuple):
+                    methods = rep[1]
+                    exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
+                               if methods & set(cls.variants))
+                    cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
+                    value = BucketSet.leaf(pair, leaf_grid(pair, cfg[1], self.options, cap),
+                                           methods)
+                else:
+                    grid = self._leaf(("split",), pair, cfg)[0][0].grid
+                    value = GroupedBuckets.leaves(pair, grid, (rep,))[0]
+                self._remember(key, value)
+            out.append(value)
+        return tuple(out)
 
-    def _combine(self, rep, key, cfg, left, right, same: bool = False):
-        """The value of node ``key`` for ``rep``: left(rep) * right(rep), cached."""
-        ck = (rep, key)
-        hit = self._cached(ck)
-        if hit is not None:
-            return hit
-        if rep == "split":
-            x = left("split")[0]
-            y = x if same else right("split")[0]
-            value = compose_split(x, y, cfg[1], self.options, self._coarsened)
-        elif isinstance(rep, tuple):
-            x = left(rep)
-            y = x if same else right(rep)
-            value = compose_sets(x, y, cfg[1], self.options, self._coarsened_joint)
-        else:
-            split, plan = self._combine("split", key, cfg, left, right, same)
-            x = left(rep)
-            value = follow_plan(plan, x, x if same else right(rep), same)
-            split_grid = split.grid
-            if value.grid != split_grid:
-                raise RuntimeError(f"internal error: {rep} left the split pair's grid "
-                                   f"({value.grid!r} != {split_grid!r})")
-        self._remember(ck, value)
-        return value
+    def _combine(self, reps, key, cfg, left, right, same: bool = False):
+        """The values of node ``key`` for each rep in ``reps``: left * right, cached.
 
-    def _power(self, rep, pair, k: int, cfg):
+        All representations of a node are computed together (the split pair first, its
+        plan then followed by the others), so none needs a child that the value cache
+        evicted while another representation's tree was being composed.
+        """
+        out = {}
+        for rep in reps:
+            hit = self._cached((rep, key))
+            if hit is not None:
+                out[rep] = hit
+        missing = tuple(rep for rep in reps if rep not in out)
+        if not missing:
+            return tuple(out[rep] for rep in reps)
+        joint = [rep for rep in missing if isinstance(rep, tuple)]
+        for rep in joint:
+            x = left((rep,))[0]
+            y = x if same else right((rep,))[0]
+            out[rep] = compose_sets(x, y, cfg[1], self.options, self._coarsened_joint)
+            self._remember((rep, key), out[rep])
+        following = tuple(rep for rep in missing if not isinstance(rep, tuple))
+        if following:
+            split = out.get("split") or self._cached(("split", key))
+            child = tuple(rep for rep in following if rep != "split")
+            if split is None:
+                child = ("split",) + child
+            xs = dict(zip(child, left(child)))
+            ys = xs if same else dict(zip(child, right(child)))
+            if split is None:
+                split = compose_split(xs["split"][0], ys["split"][0], cfg[1], self.options,
+                                      self._coarsened)
+                self._remember(("split", key), split)
+            out["split"] = split
+            for rep in following:
+                if rep == "split":
+                    continue
+                value = follow_plan(split[1], xs[rep], ys[rep], same)
+                if value.grid != split[0].grid:
+                    raise RuntimeError(f"internal error: {rep} left the split pair's grid "
+                                       f"({value.grid!r} != {split[0].grid!r})")
+                self._remember((rep, key), value)
+                out[rep] = value
+        return tuple(out[rep] for rep in reps)
+
+    def _power(self, reps, pair, k: int, cfg):
         """M^(2^k): the leaf squared k times by self-composition."""
         if k == 0:
-            return self._leaf(rep, pair, cfg)
+            return self._leaf(reps, pair, cfg)
         below = lambda r: self._power(r, pair, k - 1, cfg)  # noqa: E731
-        return self._combine(rep, ("pow", pair, cfg, k), cfg, below, below, same=True)
+        return self._combine(reps, ("pow", pair, cfg, k), cfg, below, below, same=True)
 
-    def _segment(self, rep, pair, count: int, b: int, cfg):
+    def _segment(self, reps, pair, count: int, b: int, cfg):
         """The steps of the segment (pair, count) down to bit ``b``: its binary powers
         folded from the highest set bit down (canonical order)."""
         higher = [c for c in range(b + 1, count.bit_length()) if (count >> c) & 1]
         if not higher:
-            return self._power(rep, pair, b, cfg)
+            return self._power(reps, pair, b, cfg)
         prev = higher[0]
-        return self._combine(rep, ("seg", pair, cfg, count >> b, b), cfg,
+        return self._combine(reps, ("seg", pair, cfg, count >> b, b), cfg,
                              lambda r: self._segment(r, pair, count, prev, cfg),
                              lambda r: self._power(r, pair, b, cfg))
 
-    def _block(self, rep, ids, segments, start: int, size: int, cfg):
+    def _block(self, reps, ids, segments, start: int, size: int, cfg):
         """The product of segments[start:start+size] (size a power of two): the product
         of its two halves, cached under the interned name of its content."""
         if size == 1:
             pair, count = segments[start]
             low = (count & -count).bit_length() - 1        # lowest set bit
-            return self._segment(rep, pair, count, low, cfg)
+            return self._segment(reps, pair, count, low, cfg)
         half = size // 2
-        return self._combine(rep, ("block", ids[(start, size)], cfg), cfg,
+        return self._combine(reps, ("block", ids[(start, size)], cfg), cfg,
                              lambda r: self._block(r, ids, segments, start, half, cfg),
                              lambda r: self._block(r, ids, segments, start + half, half, cfg))
 
-    def _fold(self, rep, ids, segments, blocks, k: int, cfg):
+    def _fold(self, reps, ids, segments, blocks, k: int, cfg):
         """The blocks 0..k folded left to right."""
         start, size = blocks[k]
         if k == 0:
-            return self._block(rep, ids, segments, start, size, cfg)
-        return self._combine(rep, ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg),
+            return self._block(reps, ids, segments, start, size, cfg)
+        return self._combine(reps, ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg),
                              cfg, lambda r: self._fold(r, ids, segments, blocks, k - 1, cfg),
                              lambda r: self._block(r, ids, segments, start, size, cfg))
 
@@ -780,10 +804,10 @@ class Composer:
         with self._lock:
             ids = self._names(history, blocks)
             if not methods <= _FOLLOWING:
-                return self._fold(("joint", methods), ids, history, blocks, last, cfg)
-            split = self._fold("split", ids, history, blocks, last, cfg)[0]
-            grouped = tuple(self._fold(f"grouped-{d}", ids, history, blocks, last, cfg)
-                            for d in grouped_directions(methods))
+                return self._fold((("joint", methods),), ids, history, blocks, last, cfg)[0]
+            reps = ("split",) + tuple(f"grouped-{d}" for d in grouped_directions(methods))
+            values = self._fold(reps, ids, history, blocks, last, cfg)
+        split, grouped = values[0][0], values[1:]
         members = split.members + ((("grouped", grouped),) if grouped else ())
         return BucketSet(split.grid, members)
 
