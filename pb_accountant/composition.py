@@ -391,6 +391,155 @@ def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
     return z.restricted(min(n_out, z.grid.number_of_buckets), centre)
 
 
+# ------------------------------------------------------------- one plan, every representation
+# The split pair alone decides every grid operation (squaring, windows, padding); the
+# other representations follow the recorded plan (docs/method.md §3), so each is
+# composed and cached on its own: a lower bound asked after an upper bound reuses the
+# split pair, and the B||A groups are composed without recomposing it.
+
+def _record_square(x: BucketSet, ops: list) -> BucketSet:
+    ops.append(("square",))
+    return x.squared()
+
+
+def _record_restrict(x: BucketSet, n: int, centre: int, ops: list) -> BucketSet:
+    """``x.restricted(n, centre)``, recording the window and the split pair's mean loss
+    (where relabelling representations re-centre)."""
+    if n >= x.grid.number_of_buckets:
+        return x
+    grid = x.grid.window(n, centre)
+    mean = (x.split.mean_loss(0), x.split.mean_loss(1))
+    ops.append(("restrict", grid, mean))
+    return x._map(grid, lambda r: r.restricted(grid, None))
+
+
+def _record_coarsen(x: BucketSet, log_factor: float, trim: bool, memo, ops: list) -> BucketSet:
+    """``x.coarsened_to(log_factor, trim)``, recording its squarings and crops."""
+    if x.grid.log_factor >= log_factor * (1 - 1e-12):
+        return x
+    key = (x, log_factor, trim)
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None:
+        ops.extend(hit[1])
+        return hit[0]
+    sub: list = []
+    out = x
+    while out.grid.log_factor < log_factor * (1 - 1e-12):
+        out = _record_square(out, sub)
+        if trim:
+            cropped = out.cropped()
+            if cropped is not out:
+                sub.append(("crop", cropped.grid))
+                out = cropped
+    if memo is not None:
+        memo[key] = (out, tuple(sub))
+        while len(memo) > _COARSEN_MEMO_SIZE:
+            memo.pop(next(iter(memo)))
+    ops.extend(sub)
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The grid operations of one composition, as the split pair decided them: on each
+    operand, the tolerance of the product, then on the product."""
+
+    x_ops: tuple
+    y_ops: tuple
+    tolerance: float
+    z_ops: tuple
+
+
+def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
+                  options: BucketOptions, memo=None) -> Tuple[BucketSet, Plan]:
+    """``compose_sets`` for BucketSets of the split pair alone, with the plan that the
+    other representations follow (``follow_plan``)."""
+    if x.forms_exponentials or y.forms_exponentials:
+        raise ValueError("compose_split composes the split pair alone")
+    same = x is y
+    xo: list = []
+    yo: list = []
+    target = max(x.grid.log_factor, y.grid.log_factor)
+    adaptive = options.number_of_buckets is None
+    x = _record_coarsen(x, target, adaptive, memo, xo)
+    y = x if same else _record_coarsen(y, target, adaptive, memo, yo)
+    if adaptive:
+        # squaring leaves the content in the middle half: drop the empty indices
+        for ref in ("x", "y"):
+            if ref == "y" and same:
+                y = x
+                continue
+            s = x if ref == "x" else y
+            n_keep, centre = s.window(budget_per_step * s.compositions, options.max_buckets)
+            s = _record_restrict(s, n_keep, centre, xo if ref == "x" else yo)
+            if ref == "x":
+                x = s
+            else:
+                y = s
+    n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
+    if n != x.grid.number_of_buckets:
+        xo.append(("pad", n))
+        x = x.padded(n)
+    if same:
+        y = x
+    elif n != y.grid.number_of_buckets:
+        yo.append(("pad", n))
+        y = y.padded(n)
+    tol = budget_per_step * (x.compositions + y.compositions)
+    if not adaptive:
+        # the paper's rule on a fixed number of buckets
+        while True:
+            zo: list = []
+            z = _record_restrict(x.compose_full(y, same, tol), n, 0, zo)
+            inf_before = max(x.split.infinity_bucket) + max(y.split.infinity_bucket)
+            inf_after = max(z.split.infinity_bucket)
+            if (z.split.overflow > budget_per_step * z.compositions
+                    and inf_after > 0.5 * options.growth_factor * inf_before):
+                x = _record_square(x, xo)
+                y = x if same else _record_square(y, yo)
+                continue
+            return z, Plan(tuple(xo), tuple(yo), tol, tuple(zo))
+    zo = []
+    z = x.compose_full(y, same, tol)
+    tail = budget_per_step * z.compositions
+    _, spread = z.split.loss_moments()
+    while 2.0 * z.grid.log_factor <= options.resolution * spread:
+        z = _record_square(z, zo)
+    while True:
+        lo, hi = z.split.needed_window(tail)
+        if not (hi - lo) / 2.0 / z.grid.log_factor + 3 > options.max_buckets:
+            break
+        z = _record_square(z, zo)
+    n_out, centre = z.window(tail, options.max_buckets, (lo, hi))
+    z = _record_restrict(z, min(n_out, z.grid.number_of_buckets), centre, zo)
+    return z, Plan(tuple(xo), tuple(yo), tol, tuple(zo))
+
+
+def _follow_ops(r: BucketRepresentation, ops) -> BucketRepresentation:
+    for op in ops:
+        if op[0] == "square":
+            r = r.squared()
+        elif op[0] == "restrict":
+            r = r.restricted(op[1], op[2])
+        elif op[0] == "crop":
+            # exact for the split pair (empty columns); a group outside is dropped,
+            # which only lowers a lower bound
+            r = r.restricted(op[1], None)
+        else:                                   # ("pad", n)
+            r = r.padded(op[1])
+    return r
+
+
+def follow_plan(plan: Plan, x: BucketRepresentation, y: BucketRepresentation,
+                same: bool) -> BucketRepresentation:
+    """x * y for a representation other than the split pair, on the grids the split
+    pair's composition chose (``compose_split``)."""
+    x = _follow_ops(x, plan.x_ops)
+    y = x if same else _follow_ops(y, plan.y_ops)
+    z = x.compose_full(x if same else y, plan.tolerance)
+    return _follow_ops(z, plan.z_ops)
+
+
 #: the registry: method name -> representation class (pb_accountant/representation.py):
 #: split pair (upper), grouped buckets for both or one direction (lower), the paper's
 #: buckets (Definition 9 upper, Theorem 2 lower)
@@ -447,9 +596,9 @@ class Composer:
     def __init__(self, options: BucketOptions = BucketOptions(), cache_size: int = 48):
         self.options = options
         self._lock = threading.RLock()
-        self._powers: "OrderedDict[tuple, tuple]" = OrderedDict()
         self._values: "OrderedDict[tuple, BucketSet]" = OrderedDict()
         self._coarsened: dict = {}
+        self._coarsened_joint: dict = {}
         self._ids: dict = {}
         self._bytes = 0
         self._cache_size = cache_size
@@ -461,11 +610,11 @@ class Composer:
         self.__init__(state["options"], state["cache_size"])
 
     # -- configuration ---------------------------------------------------------------
-    def _config(self, delta: Optional[float], methods: FrozenSet[str], total_steps: int):
+    def _config(self, delta: Optional[float], total_steps: int):
         dq = delta_class(delta)
         budget = (self.options.free_infty_budget if self.options.free_infty_budget is not None
                   else per_step_infinity_budget(dq, planned_steps(total_steps)))
-        return dq, budget, methods
+        return dq, budget
 
     def _remember(self, key, value):
         old = self._values.pop(key, None)
@@ -491,60 +640,124 @@ class Composer:
             ident = self._ids[key] = _next_id()
         return ident
 
-    def _power(self, pair, k: int, cfg) -> BucketSet:
-        dq, budget, methods = cfg
-        key = (pair, cfg)
-        chain = self._powers.get(key)
-        if chain is None:
-            exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
-                       if methods & set(cls.variants))
-            cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
-            chain = (BucketSet.leaf(pair, leaf_grid(pair, budget, self.options, cap), methods),)
-        while len(chain) <= k:
-            last = chain[-1]
-            chain = chain + (compose_sets(last, last, budget, self.options, self._coarsened),)
-        # published whole (a new tuple), never extended in place
-        self._powers[key] = chain
-        self._powers.move_to_end(key)
-        while len(self._powers) > max(self._cache_size // 4, 1):
-            self._powers.popitem(last=False)
-        return chain[k]
+    # -- one node of the canonical order, per representation -------------------------
+    # ``rep`` is "split" (value: (BucketSet of the split pair, Plan)), a grouped variant
+    # "grouped-ab" / "grouped-ba" (value: GroupedBuckets on the split pair's grid), or
+    # ("joint", methods) (value: a BucketSet of every method, composed together: the
+    # paper's buckets, whose grid range the split pair alone does not respect).
+    def _cached(self, key):
+        hit = self._values.get(key)
+        if hit is not None:
+            self._values.move_to_end(key)
+        return hit
 
-    def _segment(self, pair, count: int, cfg) -> BucketSet:
-        bits = [b for b in range(count.bit_length() - 1, -1, -1) if (count >> b) & 1]
-        if len(bits) == 1:
-            return self._power(pair, bits[0], cfg)
-        result = None
-        for b in bits:
-            key = ("seg", pair, cfg, count >> b, b)
-            hit = self._values.get(key)
+    def _leaf(self, reps, pair, cfg):
+        """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order)."""
+        out = []
+        for rep in reps:
+            key = (rep, "leaf", pair, cfg)
+            value = self._cached(key)
+            if value is None:
+                if rep == "split":
+                    grid = leaf_grid(pair, cfg[1], self.options, LEAF_LOSS_RANGE)
+                    value = (BucketSet.leaf(pair, grid, frozenset({"split"})), None)
+                elif isinstance(rep, tuple):
+                    methods = rep[1]
+                    exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
+                               if methods & set(cls.variants))
+                    cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
+                    value = BucketSet.leaf(pair, leaf_grid(pair, cfg[1], self.options, cap),
+                                           methods)
+                else:
+                    grid = self._leaf(("split",), pair, cfg)[0][0].grid
+                    value = GroupedBuckets.leaves(pair, grid, (rep,))[0]
+                self._remember(key, value)
+            out.append(value)
+        return tuple(out)
+
+    def _combine(self, reps, key, cfg, left, right, same: bool = False):
+        """The values of node ``key`` for each rep in ``reps``: left * right, cached.
+
+        All representations of a node are computed together (the split pair first, its
+        plan then followed by the others), so none needs a child that the value cache
+        evicted while another representation's tree was being composed.
+        """
+        out = {}
+        for rep in reps:
+            hit = self._cached((rep, key))
             if hit is not None:
-                result = hit
-                self._values.move_to_end(key)
-                continue
-            power = self._power(pair, b, cfg)
-            result = power if result is None else compose_sets(
-                result, power, cfg[1], self.options, self._coarsened)
-            self._remember(key, result)
-        return result
+                out[rep] = hit
+        missing = tuple(rep for rep in reps if rep not in out)
+        if not missing:
+            return tuple(out[rep] for rep in reps)
+        joint = [rep for rep in missing if isinstance(rep, tuple)]
+        for rep in joint:
+            x = left((rep,))[0]
+            y = x if same else right((rep,))[0]
+            out[rep] = compose_sets(x, y, cfg[1], self.options, self._coarsened_joint)
+            self._remember((rep, key), out[rep])
+        following = tuple(rep for rep in missing if not isinstance(rep, tuple))
+        if following:
+            split = out.get("split") or self._cached(("split", key))
+            child = tuple(rep for rep in following if rep != "split")
+            if split is None:
+                child = ("split",) + child
+            xs = dict(zip(child, left(child)))
+            ys = xs if same else dict(zip(child, right(child)))
+            if split is None:
+                split = compose_split(xs["split"][0], ys["split"][0], cfg[1], self.options,
+                                      self._coarsened)
+                self._remember(("split", key), split)
+            out["split"] = split
+            for rep in following:
+                if rep == "split":
+                    continue
+                value = follow_plan(split[1], xs[rep], ys[rep], same)
+                if value.grid != split[0].grid:
+                    raise RuntimeError(f"internal error: {rep} left the split pair's grid "
+                                       f"({value.grid!r} != {split[0].grid!r})")
+                self._remember((rep, key), value)
+                out[rep] = value
+        return tuple(out[rep] for rep in reps)
 
-    def _block(self, ids, segments, start: int, size: int, cfg) -> BucketSet:
+    def _power(self, reps, pair, k: int, cfg):
+        """M^(2^k): the leaf squared k times by self-composition."""
+        if k == 0:
+            return self._leaf(reps, pair, cfg)
+        below = lambda r: self._power(r, pair, k - 1, cfg)  # noqa: E731
+        return self._combine(reps, ("pow", pair, cfg, k), cfg, below, below, same=True)
+
+    def _segment(self, reps, pair, count: int, b: int, cfg):
+        """The steps of the segment (pair, count) down to bit ``b``: its binary powers
+        folded from the highest set bit down (canonical order)."""
+        higher = [c for c in range(b + 1, count.bit_length()) if (count >> c) & 1]
+        if not higher:
+            return self._power(reps, pair, b, cfg)
+        prev = higher[0]
+        return self._combine(reps, ("seg", pair, cfg, count >> b, b), cfg,
+                             lambda r: self._segment(r, pair, count, prev, cfg),
+                             lambda r: self._power(r, pair, b, cfg))
+
+    def _block(self, reps, ids, segments, start: int, size: int, cfg):
         """The product of segments[start:start+size] (size a power of two): the product
         of its two halves, cached under the interned name of its content."""
         if size == 1:
             pair, count = segments[start]
-            return self._segment(pair, count, cfg)
-        key = ("block", ids[(start, size)], cfg)
-        hit = self._values.get(key)
-        if hit is not None:
-            self._values.move_to_end(key)
-            return hit
+            low = (count & -count).bit_length() - 1        # lowest set bit
+            return self._segment(reps, pair, count, low, cfg)
         half = size // 2
-        left = self._block(ids, segments, start, half, cfg)
-        right = self._block(ids, segments, start + half, half, cfg)
-        result = compose_sets(left, right, cfg[1], self.options, self._coarsened)
-        self._remember(key, result)
-        return result
+        return self._combine(reps, ("block", ids[(start, size)], cfg), cfg,
+                             lambda r: self._block(r, ids, segments, start, half, cfg),
+                             lambda r: self._block(r, ids, segments, start + half, half, cfg))
+
+    def _fold(self, reps, ids, segments, blocks, k: int, cfg):
+        """The blocks 0..k folded left to right."""
+        start, size = blocks[k]
+        if k == 0:
+            return self._block(reps, ids, segments, start, size, cfg)
+        return self._combine(reps, ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg),
+                             cfg, lambda r: self._fold(r, ids, segments, blocks, k - 1, cfg),
+                             lambda r: self._block(r, ids, segments, start, size, cfg))
 
     def _names(self, segments, blocks):
         """Interned names of every aligned block the canonical order uses."""
@@ -566,7 +779,14 @@ class Composer:
 
     def compose(self, history, delta: Optional[float] = None,
                 methods: Sequence[str] = ("split", "grouped")) -> Optional[BucketSet]:
-        """The BucketSet of a canonical history (None for an empty one)."""
+        """The BucketSet of a canonical history (None for an empty one).
+
+        The split pair and the grouped buckets are each composed and cached on their
+        own, the groups following the split pair's plan (``compose_split``): "grouped"
+        is the A||B and the B||A groups, each re-centred on its own direction's mean
+        loss.  Other representations (the paper's buckets, which must stay inside
+        MAX_LOSS_RANGE, or a new registry entry) are composed together with them.
+        """
         methods = frozenset(methods) | {"split"}
         known = known_methods()
         unknown = methods - set(known)
@@ -575,31 +795,27 @@ class Composer:
         history = canonical_history(history)
         if not history:
             return None
-        cfg = self._config(delta, methods, sum(count for _, count in history))
+        cfg = self._config(delta, sum(count for _, count in history))
         blocks = []
         start = 0
         for b in range(len(history).bit_length() - 1, -1, -1):
             if (len(history) >> b) & 1:
                 blocks.append((start, 1 << b))
                 start += 1 << b
+        last = len(blocks) - 1
         with self._lock:
             ids = self._names(history, blocks)
-            result = None
-            for k, (start, size) in enumerate(blocks):
-                block = self._block(ids, history, start, size, cfg)
-                if result is None:
-                    result = block
-                    continue
-                key = ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg)
-                hit = self._values.get(key)
-                if hit is not None:
-                    self._values.move_to_end(key)
-                    result = hit
-                    continue
-                result = compose_sets(result, block, cfg[1], self.options, self._coarsened)
-                self._remember(key, result)
-            return result
+            if not methods <= _FOLLOWING:
+                return self._fold((("joint", methods),), ids, history, blocks, last, cfg)[0]
+            reps = ("split",) + tuple(f"grouped-{d}" for d in grouped_directions(methods))
+            values = self._fold(reps, ids, history, blocks, last, cfg)
+        split, grouped = values[0][0], values[1:]
+        members = split.members + ((("grouped", grouped),) if grouped else ())
+        return BucketSet(split.grid, members)
 
+
+#: methods composed one representation at a time (the others jointly)
+_FOLLOWING = frozenset({"split", "grouped", "grouped-ab", "grouped-ba"})
 
 #: cached composed values per Composer: at most this many entries (plus 4 per
 #: cache_size) and about this many bytes of split rows
@@ -611,8 +827,14 @@ _ID_LOCK = threading.Lock()
 _ID_COUNTER = [0]
 
 
-def _size(value: BucketSet) -> int:
-    return sum(rows.nbytes for rows in value._rows())
+def _size(value) -> int:
+    """Bytes of rows held by a cached value (BucketSet, (BucketSet, Plan) or one
+    representation)."""
+    if isinstance(value, tuple):
+        value = value[0]
+    if isinstance(value, BucketSet):
+        return sum(rows.nbytes for rows in value._rows())
+    return value.rows.nbytes
 
 
 def _next_id() -> int:
