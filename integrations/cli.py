@@ -113,7 +113,7 @@ def _add_risk_and_report(sub) -> None:
                                     "FPRs, and the GDP mu bracket")
     _add_schedule(p)
     p.add_argument("--fpr", nargs="+", metavar="ALPHA",
-                   help="false-positive rates in (0, 1] (default 1e-3 1e-2 0.1)")
+                   help="false-positive rates in [1e-300, 1] (default 1e-3 1e-2 0.1)")
     p.add_argument("--png", help="write the privacy curve and the trade-off band to this PNG")
     _add_output(p, progress=True)
     p.set_defaults(func=cmd_risk)

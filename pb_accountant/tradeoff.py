@@ -100,14 +100,19 @@ def _up(x):
     return np.nextafter(np.asarray(x, dtype=float), np.inf)
 
 
+#: smallest false-positive rate (and mu_alpha_min) accepted: below it e^eps at the
+#: matching loss leaves double range (and 1/alpha overflows for subnormals)
+MIN_FPR = 1e-300
+
+
 def _check_fpr(fpr, name="fpr") -> np.ndarray:
     if fpr is None:
         fpr = DEFAULT_FPR
     kind = np.asarray(fpr).dtype.kind if not isinstance(fpr, (str, bytes)) else "U"
     if kind not in "iuf":
-        raise ValueError(f"{name} must be a false-positive rate in (0, 1] or an array of "
-                         f"them, got {fpr!r}")
-    arr = check_array(name, np.atleast_1d(fpr), low=0.0, high=1.0, low_open=True)
+        raise ValueError(f"{name} must be a false-positive rate in [{MIN_FPR}, 1] or an array "
+                         f"of them, got {fpr!r}")
+    arr = check_array(name, np.atleast_1d(fpr), low=MIN_FPR, high=1.0)
     return arr.ravel()
 
 
@@ -170,7 +175,7 @@ def _beta_upper_one_order(alpha, eps, d_low_fwd, d_low_rev):
 
 
 def _eps_grid(alpha_min: float, eps_step: float, max_points: int) -> np.ndarray:
-    top = math.log(1.0 / alpha_min) + 5.0
+    top = -math.log(alpha_min) + 5.0          # not log(1/alpha): 1/alpha overflows for subnormals
     step = max(eps_step, top / max_points)
     n = int(math.ceil(top / step))
     return np.linspace(0.0, n * step, n + 1)
@@ -188,8 +193,7 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
     array of eps >= 0; the upper one must be non-increasing (the engine's are).
     """
     alpha = _check_fpr(fpr)
-    mu_alpha_min = check_real("mu_alpha_min", mu_alpha_min, low=0.0, high=0.25,
-                              low_open=True)
+    mu_alpha_min = check_real("mu_alpha_min", mu_alpha_min, low=MIN_FPR, high=0.25)
     eps_step = check_real("eps_step", eps_step, low=1e-6, high=1.0)
     max_points = check_count("max_points", max_points, minimum=100, maximum=10_000_000)
     mu_points = check_count("mu_points", mu_points, minimum=2, maximum=100_000)

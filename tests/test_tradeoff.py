@@ -132,7 +132,7 @@ def test_accountant_api_is_deterministic_and_matches_engine():
     assert d["fpr"] == list(DEFAULT_FPR) and len(d["tpr_upper"]) == 3
 
 
-@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), "0.1", [0.1, 2.0]])
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), "0.1", [0.1, 2.0], 1e-310, 5e-324])
 def test_bad_fpr_raises_naming_it(bad):
     acc = PrivacyBucketsAccountant()
     acc.history = [(1.0, 0.1, 3)]
@@ -146,6 +146,8 @@ def test_bad_options_raise():
     pb = compose([(Gaussian(1.0), 1)])
     with pytest.raises(ValueError, match="mu_alpha_min"):
         tradeoff_bounds(pb, mu_alpha_min=0.0)
+    with pytest.raises(ValueError, match="mu_alpha_min"):
+        tradeoff_bounds(pb, mu_alpha_min=1e-310)      # a subnormal: 1/alpha would overflow
     with pytest.raises(ValueError, match="eps_step"):
         tradeoff_bounds(pb, eps_step=-1)
 
