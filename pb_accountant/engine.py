@@ -173,6 +173,11 @@ class PrivacyBuckets:
         if math.isinf(up):
             notes += ("no epsilon could be certified for this delta: the infinity mass plus "
                       f"certified round-off ({self.infinity_mass:.3g}) is not below delta",)
+        elif lo == 0.0 and up > 1.0 and (self._lower or self.buckets is None):
+            notes += (f"the certified lower bound is 0 while the upper bound is {up:.6g}: the "
+                      "lower bound's certified error allowance exceeds delta at losses this "
+                      "large (a known limit of the grouped buckets); the upper bound is "
+                      "unaffected",)
         return EpsilonBounds(delta, float(lo), float(up), method or "best", self.grid_info, notes)
 
     def curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:

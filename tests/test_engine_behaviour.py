@@ -176,3 +176,18 @@ def test_a_history_beyond_floating_point_range_gives_trivial_bounds_not_a_crash(
     assert any("cannot be certified" in n for n in eb.notes)
     assert np.all(np.isfinite(db.lower)) and np.all(db.lower >= 0.0)
     assert np.all(db.upper == 1.0) and np.all(db.lower <= db.upper)
+
+
+def test_a_collapsed_lower_bound_says_so():
+    """At epsilon in the tens of thousands the grouped lower bound collapses to 0 (sound,
+    uninformative); the result must say so rather than pass as a plain bracket."""
+    from pb_accountant import PrivacyBucketsAccountant
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.42, 0.403, 727_893)]
+    b = acc.get_epsilon_bounds(1.2e-5)
+    assert 1e4 < b.upper < float("inf")
+    assert b.lower == 0.0
+    assert any("certified lower bound is 0" in n for n in b.notes)
+    ordinary = PrivacyBucketsAccountant()
+    ordinary.history = [(1.1, 0.01, 1000)]
+    assert not any("lower bound is 0" in n for n in ordinary.get_epsilon_bounds(1e-5).notes)
