@@ -19,6 +19,11 @@ from conftest import gaussian_delta, gaussian_epsilon
 class AccountantContract:
     """Adapter methods to implement; the tests use nothing else."""
 
+    #: the full-batch (q = 1) closed form: sensitivity of each Gaussian, and the steps one
+    #: Gaussian covers (shuffling charges one per epoch)
+    SENS = 1.0
+    STEPS_PER_GAUSSIAN = 1
+
     def make(self):
         """A fresh accountant with default options."""
         raise NotImplementedError
@@ -122,10 +127,12 @@ class AccountantContract:
     # -- closed forms -----------------------------------------------------------------------
     @pytest.mark.parametrize("sigma,steps", [(1.0, 1), (2.0, 100), (5.0, 1000)])
     def test_full_batch_steps_bracket_the_gaussian_closed_form(self, sigma, steps):
-        """q = 1: T steps are the Gaussian mechanism with mu = sqrt(T) / sigma."""
+        """q = 1: T steps are the Gaussian mechanism with mu = SENS sqrt(G) / sigma, where
+        G = ceil(T / STEPS_PER_GAUSSIAN) (G = T for one Gaussian per step)."""
         acc = self.make()
         self.add_steps(acc, sigma, 1.0, steps)
-        mu = math.sqrt(steps) / sigma
+        gaussians = -(-steps // self.STEPS_PER_GAUSSIAN)
+        mu = self.SENS * math.sqrt(gaussians) / sigma
         for delta in (1e-3, 1e-6, 1e-10):
             lo, up = self.epsilon_bounds(acc, delta)
             exact = gaussian_epsilon(delta, mu)

@@ -12,13 +12,12 @@ import pickle
 import numpy as np
 import pytest
 
-from accountant_contract import AccountantContract
-from conftest import gaussian_delta, gaussian_epsilon
+from _pb_contract import PbAccountantContract
 from pb_accountant import (NEIGHBOURING, SAMPLERS, PrivacyBucketsAccountant,
                            find_noise_multiplier, find_steps)
 from pb_accountant.sampled_pairs import (SymmetricSubsampledGaussian, _log_ndtr,
                                          log_ndtr_relative_error, max_of_batches_masses)
-from pb_accountant.samplers import SHUFFLE_NOTE, epochs, sampled_pairs
+from pb_accountant.samplers import SHUFFLE_NOTE, epochs
 
 CIFAR = dict(dataset_size=50_000, batch_size=256)
 
@@ -298,52 +297,9 @@ def test_calibration_takes_the_sampler_arguments():
 
 # -- the accountant contract for each sampler --------------------------------------------------
 
-class _SamplerContract(AccountantContract):
-    KW: dict = {}
-    #: sensitivity of the full-batch (q = 1) closed form, and steps per "Gaussian"
-    SENS = 1.0
-    STEPS_PER_GAUSSIAN = 1
-
-    def make(self):
-        return PrivacyBucketsAccountant(**self.KW)
-
-    def add_steps(self, acc, noise_multiplier, sample_rate, count):
-        for _ in range(count):
-            acc.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
-
-    def epsilon_bounds(self, acc, delta):
-        b = acc.get_epsilon_bounds(delta)
-        return b.lower, b.upper
-
-    def delta_bounds(self, acc, epsilon):
-        b = acc.get_delta_bounds(epsilon)
-        return b.lower, b.upper
-
-    def save(self, acc):
-        return acc.state_dict()
-
-    def restore(self, state):
-        acc = PrivacyBucketsAccountant(**self.KW)
-        acc.load_state_dict(state)
-        return acc
-
-    @pytest.mark.parametrize("sigma,steps", [(1.0, 1), (2.0, 100), (5.0, 1000)])
-    def test_full_batch_steps_bracket_the_gaussian_closed_form(self, sigma, steps):
-        """q = 1 (every example in every step): Gaussians of this relation's sensitivity,
-        one per step (or per epoch for shuffle)."""
-        acc = self.make()
-        self.add_steps(acc, sigma, 1.0, steps)
-        gaussians = -(-steps // self.STEPS_PER_GAUSSIAN)
-        mu = self.SENS * math.sqrt(gaussians) / sigma
-        for delta in (1e-3, 1e-6, 1e-10):
-            lo, up = self.epsilon_bounds(acc, delta)
-            exact = gaussian_epsilon(delta, mu)
-            assert lo <= exact * (1 + 1e-9) + 1e-12 and up >= exact * (1 - 1e-9)
-            assert up <= exact * 1.01 + 1e-3
-        for eps in (0.5, 2.0):
-            lo, up = self.delta_bounds(acc, eps)
-            exact = float(gaussian_delta(eps, mu))
-            assert lo <= exact * (1 + 1e-9) and up >= exact * (1 - 1e-9)
+class _SamplerContract(PbAccountantContract):
+    """The contract under one sampler/relation (SENS, STEPS_PER_GAUSSIAN: the full-batch
+    closed form it must bracket)."""
 
 
 class TestPoissonReplaceOneContract(_SamplerContract):
