@@ -14,6 +14,7 @@ import io
 import json
 import math
 import time
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -34,6 +35,21 @@ MAX_PEER_TIMEOUT = 3600.0
 
 class UserError(Exception):
     """A mistake in the command line or its values: reported in one line, exit 2."""
+
+
+@contextmanager
+def staged_files():
+    """Output files staged as temporaries (committed by the caller); on any failure the
+    temporaries go, and a path that cannot be written is the user's error."""
+    files = render.AtomicFiles()
+    try:
+        yield files
+    except render.OutputError as exc:
+        files.discard()
+        raise UserError(str(exc)) from None
+    except BaseException:
+        files.discard()
+        raise
 
 
 # --------------------------------------------------------------------------------------
@@ -700,8 +716,7 @@ def curve(args) -> Tuple[Data, Any]:
         except render.OutputError as exc:
             raise UserError(str(exc)) from None
     sched = schedule_json(schedule)
-    files = render.AtomicFiles()
-    try:
+    with staged_files() as files:
         if png_path:
             files.write("--png", png_path, render.curve_png_writer(
                 epsilons, lower, upper, sched, peer_curves, deltas, args.title))
@@ -709,12 +724,6 @@ def curve(args) -> Tuple[Data, Any]:
             files.write("--csv", csv_path, render.curve_csv_writer(epsilons, lower, upper))
         if peers_csv:
             files.write("--csv", peers_csv, render.peers_csv_writer(deltas, peer_curves))
-    except render.OutputError as exc:
-        files.discard()
-        raise UserError(str(exc)) from None
-    except BaseException:
-        files.discard()
-        raise
     data = {"command": "curve", "schedule": sched, "steps": _steps(schedule),
             "png": png_path, "csv": csv_path, "peers_csv": peers_csv, "points": num,
             "eps_max": float(eps_max), "peers": peer_status, **assumed, "notes": _notes(notes)}
@@ -771,17 +780,10 @@ def risk(args) -> Tuple[Data, Any]:
             tb_all = acc.get_tradeoff_bounds(fprs)
             pick = np.arange(len(fprs))
     sched = schedule_json(schedule)
-    files = render.AtomicFiles()
-    if png_path:
-        title = (f"DP-SGD: {len(schedule)} segment(s), {_steps(schedule)} steps")
-        try:
+    with staged_files() as files:
+        if png_path:
+            title = (f"DP-SGD: {len(schedule)} segment(s), {_steps(schedule)} steps")
             files.write("--png", png_path, lambda tmp: _plot(tmp, curve, tb_all, title))
-        except render.OutputError as exc:
-            files.discard()
-            raise UserError(str(exc)) from None
-        except BaseException:
-            files.discard()
-            raise
     rows = [{"fpr": float(tb_all.fpr[i]), "tpr_lower": float(tb_all.tpr_lower[i]),
              "tpr_upper": float(tb_all.tpr_upper[i])} for i in pick]
     data = {"command": "risk", "schedule": sched, "steps": _steps(schedule), "results": rows,

@@ -71,13 +71,18 @@ def cmd_compare(args, out) -> int:
     return EXIT_OK
 
 
-def cmd_curve(args, out) -> int:
-    data, files = commands.curve(args)
+def _commit(files) -> None:
+    """Move staged output files into place (nothing is left half-written on failure)."""
     try:
         files.commit()
     except OSError as exc:
         files.discard()
         raise UserError(f"cannot write the output files: {exc.strerror or exc}") from None
+
+
+def cmd_curve(args, out) -> int:
+    data, files = commands.curve(args)
+    _commit(files)
     if args.json:
         out.write(render.render_json(data))
     else:
@@ -89,11 +94,7 @@ def cmd_curve(args, out) -> int:
 
 def cmd_risk(args, out) -> int:
     data, files = commands.risk(args)
-    try:
-        files.commit()
-    except OSError as exc:
-        files.discard()
-        raise UserError(f"cannot write the output files: {exc.strerror or exc}") from None
+    _commit(files)
     _emit(args, data, render.render_risk, out)
     return EXIT_OK
 
