@@ -261,6 +261,18 @@ def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atom
                  + 4.0 * _U * atoms) * (1.0 + 1e-12))
 
 
+def leaf_masses(pair, cuts, spacing: float):
+    """(a, b, ea, eb, shift) of ``pair`` on the cut points ``cuts``: event sets with
+    displaced borders (``bucket_masses_with_displacement``) while every displacement
+    stays below 1% of ``spacing``, else the exact intervals with the end points'
+    round-off in the mass errors (shift 0)."""
+    a, b, ea, eb, sh = pair.bucket_masses_with_displacement(cuts)
+    if np.all(np.isfinite(sh)) and not np.any(sh > 0.01 * spacing):
+        return a, b, ea, eb, sh
+    a, b, ea, eb = pair.bucket_masses_with_error(cuts)
+    return a, b, ea, eb, np.zeros(len(cuts))
+
+
 # --------------------------------------------------------------------------- split
 @dataclass(frozen=True, eq=False)
 class SplitBuckets(BucketRepresentation):
@@ -286,17 +298,33 @@ class SplitBuckets(BucketRepresentation):
     @classmethod
     def leaves(cls, pair, grid: Grid, methods=("split",)) -> Tuple["SplitBuckets", ...]:
         """The split pair is always composed (it sizes the grid)."""
-        return (cls.from_masses(grid, *pair.bucket_masses_with_error(grid.losses)),)
+        return (cls.from_masses(grid, *leaf_masses(pair, grid.losses, grid.log_factor)),)
 
     @staticmethod
-    def from_masses(grid: Grid, a, b, ea, eb) -> "SplitBuckets":
+    def from_masses(grid: Grid, a, b, ea, eb, shift=None) -> "SplitBuckets":
         """Split bucket masses (K+1 intervals of ``grid.losses``, with absolute error
-        bounds ``ea``, ``eb``) onto the grid points."""
+        bounds ``ea``, ``eb``) onto the grid points.
+
+        ``shift`` (per grid point, default 0): bucket k holds events with losses in
+        (t_{k-1} - shift_{k-1}, t_k + shift_k] (the end points' round-off, see
+        ``MechanismPair.bucket_masses_with_displacement``).  The exact split of such a
+        bucket sits on the widened points; the A row takes it toward the higher loss
+        (its upper atom at t_k + shift is split again between t_k and t_{k+1}), the B row
+        toward the lower loss (its lower atom likewise between t_{k-1} and t_{k-2}),
+        so both rows still dominate (docs/method.md §4).
+        """
         t = grid.losses
-        fm1 = math.expm1(grid.log_factor)
+        d = grid.log_factor
+        fm1 = math.expm1(d)
+        em1 = -math.expm1(-d)
         f = fm1 + 1.0
-        A = np.zeros(grid.size)
-        B = np.zeros(grid.size)
+        K = grid.size
+        sh = np.zeros(K) if shift is None else np.asarray(shift, dtype=float)
+        if np.any(sh > 0.01 * d) or not np.all(np.isfinite(sh)):
+            raise RuntimeError("internal error: from_masses needs displacements below 1% "
+                               "of the spacing (leaf_masses falls back)")
+        A = np.zeros(K + 1)                           # index K: the +inf atom
+        B = np.zeros(K + 1)                           # index 0: the -inf atom
         ai, bi = a[1:-1], b[1:-1]                      # bucket (t_{k-1}, t_k], k = 1..2n
         ti = t[1:]
         et = np.exp(ti)
@@ -304,39 +332,65 @@ class SplitBuckets(BucketRepresentation):
         beta = (ai * f - ci) / fm1                     # A-mass sent up to t_k
         # |beta - beta*| (beta* of the exact masses) plus the A-mass error of the bucket:
         # the A row rounds beta up, the B row down, so that the reference rows below
-        # (computed rows scaled by a*/a per bucket) dominate the exact split
+        # (computed rows scaled by a*/a per bucket) dominate the exact split; the split
+        # on the widened points differs from beta by at most
+        # a (e^{s_lo} - 1) / (1 - e^{-d}) + a (e^{s_hi} - 1) / (e^d - 1) (to first order;
+        # a factor 2 covers the rest while shift <= 1% of d)
+        s_lo, s_hi = sh[:-1], sh[1:]
         ra = np.where(ai > 0, ea[1:-1] / np.where(ai > 0, ai, 1.0), 0.0) * (1 + 1e-9)
         slack = (((ea[1:-1] * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
-                 + 2.0 * ea[1:-1]) * (1.0 + 1e-9)
+                 + 2.0 * ea[1:-1]
+                 + 2.0 * ai * (np.expm1(s_lo) / em1 + np.expm1(s_hi) / fm1)) * (1.0 + 1e-9)
         beta_up = np.clip(beta + slack, 0.0, ai)       # A row: toward the higher loss
         beta_down = np.clip(beta - slack, 0.0, ai)     # B row: toward the lower loss
         alpha_up, alpha_down = ai - beta_up, ai - beta_down
-        down = np.exp(-t[:-1])
-        A[:-1] += alpha_up
-        A[1:] += beta_up
-        B[:-1] += alpha_down * down
-        B[1:] += beta_down / et
-        # entrywise: the reference differs by a*/a - 1 (<= ra) per bucket; a bucket
-        # whose computed A-mass is 0 may hold up to ea, placed pessimistically
+        # share of an atom displaced by s past a grid point that goes one point further
+        # (exact split of an atom at t + s between t and t + d, rounded up)
+        lam = np.minimum(-np.expm1(-sh) / em1 * (1.0 + 1e-9) + 4.0 * _U, 1.0)
+        lam_hi, lam_lo = lam[1:], lam[:-1]
+        down = np.exp(-t[:-1] + s_lo)                  # B-mass per A-mass at t_{k-1} - s
+        # A row: alpha at t_{k-1}; beta at t_k + s_hi -> t_k and t_{k+1} (index K: +inf)
+        A[:-2] += alpha_up
+        A[1:-1] += beta_up * (1.0 - lam_hi)
+        A[2:] += beta_up * lam_hi
+        # B row (index j + 1 holds t_j, index 0 holds -inf): beta at t_k; alpha's
+        # B-mass at t_{k-1} - s_lo -> t_{k-1} and t_{k-2}
+        Bb = alpha_down * down
+        B[1:-1] += Bb * (1.0 - lam_lo)
+        B[:-2] += Bb * lam_lo
+        B[2:] += beta_down / et
+        # entrywise: the reference differs by a*/a - 1 (<= ra) per bucket, plus the
+        # roundings of the shares (3u); a bucket whose computed A-mass is 0 may hold up
+        # to ea, placed pessimistically (at both points it may reach)
         lost = np.where(ai > 0, 0.0, ea[1:-1])
-        eA = np.zeros(grid.size)
-        eB = np.zeros(grid.size)
-        eA[:-1] += alpha_up * ra
-        eA[1:] += beta_up * ra + lost
-        eB[:-1] += alpha_down * down * ra + lost * down
-        eB[1:] += beta_down / et * ra
-        # corner buckets: L <= t_{-n} and L > t_n (paper's S_{-n} and S_inf)
-        bottom, top = math.exp(-t[0]), math.exp(t[-1])
-        A[0] += a[0]
-        B[0] += a[0] * bottom
-        eA[0] += ea[0]
-        eB[0] += ea[0] * bottom
+        eA = np.zeros(K + 1)
+        eB = np.zeros(K + 1)
+        eA[:-2] += alpha_up * ra
+        eA[1:-1] += beta_up * (1.0 - lam_hi) * (ra + 3.0 * _U) + lost
+        eA[2:] += beta_up * lam_hi * (ra + 3.0 * _U) + lost
+        eB[1:-1] += Bb * (1.0 - lam_lo) * (ra + 3.0 * _U) + lost * down
+        eB[:-2] += Bb * lam_lo * (ra + 3.0 * _U) + lost * down
+        eB[2:] += beta_down / et * ra
+        # corner buckets: L <= t_{-n} + s (paper's S_{-n}) and L > t_n - s (S_inf): the
+        # exact split onto (-inf, t_{-n} + s) and (t_n - s, +inf), then as above
+        bottom, top = math.exp(-t[0] - sh[0]), math.exp(t[-1] - sh[-1])
+        A[0] += a[0] * (1.0 - lam[0])
+        A[1] += a[0] * lam[0]
+        eA[0] += ea[0] + a[0] * 3.0 * _U
+        eA[1] += ea[0] + a[0] * 3.0 * _U
+        B[1] += a[0] * bottom
+        eB[1] += ea[0] * bottom
         b_minf = max(0.0, b[0] - a[0] * bottom) + eb[0] + ea[0] * bottom
-        B[-1] += b[-1]
-        A[-1] += b[-1] * top
-        eB[-1] += eb[-1]
-        eA[-1] += eb[-1] * top
-        a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top
+        B[-1] += b[-1] * (1.0 - lam[-1])
+        B[-2] += b[-1] * lam[-1]
+        eB[-1] += eb[-1] + b[-1] * 3.0 * _U
+        eB[-2] += eb[-1] + b[-1] * 3.0 * _U
+        A[-2] += b[-1] * top
+        eA[-2] += eb[-1] * top
+        a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top + A[-1] + eA[-1]
+        b_minf = b_minf + B[0] + eB[0]
+        A, eA = A[:-1], eA[:-1]
+        B, eB = B[1:], eB[1:]
         # + masses that may have underflowed (each below 1e-300) and the exponentials'
         # rounding (relative, in _leaf_errors)
         rows = np.vstack([A, B])
@@ -569,8 +623,9 @@ class GroupedBuckets(BucketRepresentation):
         if not directions:
             return ()
         cuts = cls.leaf_grid_points(grid)
-        return (cls.from_masses(grid, *pair.bucket_masses_with_error(cuts),
-                                infinities=pair.infinity_masses(), directions=directions),)
+        a, b, ea, eb, sh = leaf_masses(pair, cuts, grid.log_factor)
+        return (cls.from_masses(grid, a, b, ea, eb, infinities=pair.infinity_masses(),
+                                directions=directions, shift=sh),)
 
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:
@@ -580,10 +635,13 @@ class GroupedBuckets(BucketRepresentation):
 
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb, infinities=(0.0, 0.0),
-                    directions: Tuple[str, ...] = ("ab", "ba")) -> "GroupedBuckets":
+                    directions: Tuple[str, ...] = ("ab", "ba"), shift=None) -> "GroupedBuckets":
         """From masses on the K+1 = 2n+1 intervals cut by ``leaf_grid_points``;
         ``infinities`` = (A-mass at loss +inf, B-mass at loss -inf) become their own
-        groups (they would otherwise be dropped with the range under composition)."""
+        groups (they would otherwise be dropped with the range under composition).
+        Any partition of the events into groups gives a valid lower bound, so cut points
+        displaced by ``shift`` (their round-off, in loss) only enter the bounds used for
+        underflowed masses below."""
         t = grid.losses
         a = a.copy()
         b = b.copy()
@@ -597,7 +655,10 @@ class GroupedBuckets(BucketRepresentation):
         # certified upper bounds C <= (A + e_A) e^{d/2} (events above t - d/2) and
         # D <= (B + e_B) e^{d/2} (events below t + d/2); larger B-masses only lower
         # the lower bound
-        half = math.exp(0.5 * grid.log_factor) * (1 + 4 * _U)
+        # group i lies above the cut t_i - d/2 and below the cut t_i + d/2; cut c
+        # (between t_c and t_{c+1}) is displaced by at most shift[c]
+        sh = np.zeros(len(t) - 1) if shift is None else np.asarray(shift, dtype=float)
+        half = np.exp(0.5 * grid.log_factor + sh) * (1 + 4 * _U)
         tiny = 1e-290
         C[1:] = np.where(b[1:] < tiny, np.maximum(C[1:], (a[1:] + ea[1:]) * half), C[1:])
         D[:-1] = np.where(a[:-1] < tiny, np.maximum(D[:-1], (b[:-1] + eb[:-1]) * half),

@@ -105,6 +105,70 @@ def normal_interval_mass(lo, hi) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
+def normal_x_interval_mass(x, mean: float, scale: float):
+    """N(mean, scale^2) masses of the x-intervals (x_k, x_{k+1}] cut by the increasing
+    end points ``x`` (+-inf allowed), with entrywise error bounds.
+
+    The masses are those of exactly these x-intervals, so two components (two means)
+    evaluated on the same ``x`` describe the same events: a narrow interval is
+    integrated from its midpoint and half-width in x, whose rounding moves the
+    integrand by a relative exp(R dm) - 1 (R the reach in z, dm the midpoint's error)
+    instead of moving mass across an end point; a wide one takes the CDF difference of
+    the standardised end points and counts the mass within their rounding
+    (``endpoint_mass``), small next to a wide interval's mass
+    (docs/floating-point.md).
+    """
+    x = np.asarray(x, dtype=float)
+    lo, hi = x[:-1], x[1:]
+    u = _U
+    with np.errstate(invalid="ignore", over="ignore"):
+        zl, zh = (lo - mean) / scale, (hi - mean) / scale
+        valid = hi > lo
+        finite = valid & np.isfinite(lo) & np.isfinite(hi)
+        width = np.where(finite, zh - zl, np.inf)
+        reach = np.maximum(np.abs(np.where(np.isfinite(zl), zl, 0.0)),
+                           np.abs(np.where(np.isfinite(zh), zh, 0.0)))
+        narrow = finite & (width * (reach + width) < 1.0)
+    mass = np.zeros(lo.shape)
+    err = np.zeros(lo.shape)
+    if np.any(narrow):
+        l, h = lo[narrow], hi[narrow]
+        mid = (0.5 * (l + h) - mean) / scale
+        half = 0.5 * (h - l) / scale
+        z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
+        m = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
+        m = np.maximum(m, 0.0)
+        # midpoint off by at most 4u (|x| + |mean|) / scale, half-width by 3u relative
+        dm = 4.0 * u * (np.maximum(np.abs(l), np.abs(h)) + abs(mean)) / scale
+        r = np.abs(mid) + half * (1.0 + 3.0 * u) + dm
+        shift = np.expm1(1.01 * r * (dm + 3.0 * u * half)) + 3.0 * u
+        mass[narrow] = m
+        err[narrow] = (normal_interval_error(mid - half, mid + half, m) + shift * m) * (1 + 1e-9)
+    wide = valid & ~narrow
+    if np.any(wide):
+        l, h = zl[wide], zh[wide]
+        m = normal_interval_mass(l, h)
+        # the standardised end points carry 3u (|x| + |mean|) / scale: the mass within
+        # that of each end may belong to the neighbouring interval
+        dl = 3.03 * u * (np.abs(np.where(np.isfinite(lo[wide]), lo[wide], 0.0)) + abs(mean)) / scale
+        dh = 3.03 * u * (np.abs(np.where(np.isfinite(hi[wide]), hi[wide], 0.0)) + abs(mean)) / scale
+        mass[wide] = m
+        err[wide] = (normal_interval_error(l, h, m) + endpoint_mass(l, dl)
+                     + endpoint_mass(h, dh)) * (1 + 1e-9)
+    return mass, err
+
+
+def _monotone_end_points(x, dx):
+    """x made non-decreasing (rounding may break monotonicity) and the error bounds of
+    the result: an end point replaced by an earlier, larger one is within the larger of
+    the two bounds of its exact value (the exact end points increase)."""
+    fixed = np.maximum.accumulate(x)
+    changed = fixed != x
+    if np.any(changed):
+        dx = np.where(changed, np.maximum.accumulate(dx), dx)
+    return fixed, dx
+
+
 def _atoms_to_buckets(t, losses, a, b, *, swapped: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Sum atoms into the K+1 right-closed loss intervals of grid ``t``."""
     losses = np.asarray(losses, dtype=float)
@@ -141,6 +205,14 @@ class MechanismPair:
         a, b = self._continuous(t)
         return a, b, self.mass_relative_error * a, self.mass_relative_error * b
 
+    def _continuous_with_displacement(self, t):
+        """(a, b, error of a, error of b, displacement) of the atom-free part: the masses
+        of event sets whose losses lie within the displacement of their grid interval
+        (``bucket_masses_with_displacement``).  By default the end points' round-off is
+        in the mass errors already and the displacement is 0."""
+        a, b, ea, eb = self._continuous_with_error(t)
+        return a, b, ea, eb, np.zeros(len(t))
+
     def _loss_range(self, tail: float) -> Tuple[float, float]:
         """(t_lo, t_hi) with P_B(L < t_lo) <= tail and P_A(t_hi < L < inf) <= tail."""
         raise NotImplementedError
@@ -164,6 +236,26 @@ class MechanismPair:
         else:
             ca, cb, eca, ecb = self._continuous_with_error(t)
         return a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb)
+
+    def bucket_masses_with_displacement(self, t):
+        """(a, b, ea, eb, shift): the A- and B-masses of K+1 event sets, entry k holding
+        the events whose loss lies in (t_{k-1} - shift_{k-1}, t_k + shift_k] (t_{-1} =
+        -inf, t_K = +inf), with absolute error bounds.  The sets partition the outcomes
+        exactly, so an end point's round-off moves a bucket's border by ``shift`` (in
+        loss) instead of costing the mass next to it (docs/floating-point.md); the split
+        pair and the grouped buckets take it from here."""
+        t = np.asarray(t, dtype=float)
+        losses, a_at, b_at = self._atoms()
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        ea = self.mass_relative_error * a
+        eb = self.mass_relative_error * b
+        if self.swapped:
+            ca, cb, eca, ecb, sh = self._continuous_with_displacement(-t[::-1])
+            ca, cb, eca, ecb, sh = cb[::-1], ca[::-1], ecb[::-1], eca[::-1], sh[::-1]
+        else:
+            ca, cb, eca, ecb, sh = self._continuous_with_displacement(t)
+        return (a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb),
+                np.asarray(sh, dtype=float))
 
     def loss_range(self, tail: float) -> Tuple[float, float]:
         """Loss interval outside which less than ``tail`` of the relevant mass lies."""
@@ -305,6 +397,27 @@ class SubsampledGaussian(MechanismPair):
         a = (1.0 - q) * b + q * a1
         return a, b, (1.0 - q) * eb + q * ea1 + 2 * _U * a, eb
 
+    def _continuous_with_displacement(self, t):
+        """Masses of the x-intervals between the computed end points (exact event sets,
+        ``normal_x_interval_mass``); each end point's round-off dx moves its loss by at
+        most dx / s^2 (dL/dx <= 1 / s^2)."""
+        s = self.noise_multiplier
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        xt = self._x_of_loss(t)
+        x, dx = _monotone_end_points(np.concatenate(([-np.inf], xt, [np.inf])),
+                                     np.concatenate(([0.0], self._x_error(t, xt), [0.0])))
+        shift = dx[1:-1] / (s * s) * 1.01
+        if q < 1.0:
+            # end points set to -inf below log(1 - q): that threshold's rounding
+            shift = np.where(np.isneginf(x[1:-1]), shift + 4.0 * _U * (np.abs(t) + 1.0), shift)
+        b, eb = normal_x_interval_mass(x, 0.0, s)
+        a1, ea1 = normal_x_interval_mass(x, 1.0, s)
+        if q == 1.0:
+            return a1, b, ea1, eb, shift
+        a = (1.0 - q) * b + q * a1
+        return a, b, (1.0 - q) * eb + q * ea1 + 2 * _U * a, eb, shift
+
     def _loss_range(self, tail):
         z = float(-special.ndtri(max(tail, 1e-300)))
         s = self.noise_multiplier
@@ -368,6 +481,26 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         rel_z = 0.0 if self.truncation is None else 1e-14
         return (a / Z, b / Z, normal_interval_error(*za, a) / Z + rel_z * a,
                 normal_interval_error(*zb, b) / Z + rel_z * b)
+
+    def _continuous_with_displacement(self, t):
+        """Masses of the x-intervals between the computed end points (exact event sets);
+        an end point's round-off dx moves its loss by dx s / sigma^2."""
+        s, sd = self.sensitivity, self.sigma
+        t = np.asarray(t, dtype=float)
+        xt = (sd * sd * t + 0.5 * s * s) / s
+        # five roundings, each at most u of |sigma^2 t| + s^2 / 2, then the division
+        dxt = 6.0 * _U * (sd * sd * np.abs(t) + 0.5 * s * s) / s * 1.01
+        x = np.concatenate(([-np.inf], xt, [np.inf]))
+        if self.truncation is not None:
+            T = self.truncation
+            x = np.clip(x, s - T, T)       # clipping only moves end points inwards
+        x, dx = _monotone_end_points(x, np.concatenate(([0.0], dxt, [0.0])))
+        shift = dx[1:-1] * s / (sd * sd) * 1.01
+        Z = self._norm()
+        b, eb = normal_x_interval_mass(x, 0.0, sd)
+        a, ea = normal_x_interval_mass(x, s, sd)
+        rel_z = 0.0 if self.truncation is None else 1e-14
+        return a / Z, b / Z, ea / Z + rel_z * a, eb / Z + rel_z * b, shift
 
     def _loss_range(self, tail):
         z = float(-special.ndtri(max(tail, 1e-300)))
