@@ -23,7 +23,8 @@ from scipy import special
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
 from .mechanisms import (CONTINUOUS_MASS_RELATIVE_ERROR, DiscretePair, MechanismPair,
-                         normal_interval_error, normal_interval_mass)
+                         normal_interval_error, normal_interval_mass,
+                         normal_x_interval_mass)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,44 @@ class SymmetricSubsampledGaussian(MechanismPair):
         b = (1.0 - q) * m0 + q * mm
         return (a, b, (1.0 - q) * e0 + q * ep + 2 * _U * a,
                 (1.0 - q) * e0 + q * em + 2 * _U * b)
+
+    def _loss_error(self, x, loss):
+        """Bound on |_loss_of_x(x) computed - L(x)|: each input of the two logaddexp
+        carries a few ulp of |log q| + |log c| + |x| / s^2, each logaddexp and the
+        difference an ulp of their results (exp, log1p good to an ulp), doubled."""
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        ax = np.abs(x) / s2
+        if q == 1.0:
+            return 4.0 * _U * np.abs(loss)
+        l1 = abs(math.log1p(-q))
+        lq = abs(math.log(q)) + 0.5 / s2
+        return 16.0 * _U * (l1 + lq + ax + 1.0) + 2.0 * _U * np.abs(loss)
+
+    def _continuous_with_displacement(self, t):
+        """Masses of the x-intervals between the computed end points (exact event sets,
+        the three components on the same x); each end point's displacement is measured
+        a posteriori: |L(x computed) - t| plus the round-off of evaluating L there."""
+        s = self.noise_multiplier
+        q = self.sample_rate
+        t = np.asarray(t, dtype=float)
+        x = np.maximum.accumulate(np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf])))
+        xe = x[1:-1]
+        finite = np.isfinite(xe)
+        with np.errstate(invalid="ignore", over="ignore"):
+            loss = self._loss_of_x(np.where(finite, xe, 0.0))
+            shift = np.abs(loss - t) * (1.0 + 2.0 * _U) + self._loss_error(
+                np.where(finite, xe, 0.0), loss)
+        shift = np.where(finite, shift, np.inf)     # inf: the leaf falls back
+        m0, e0 = normal_x_interval_mass(x, 0.0, s)
+        mp, ep = normal_x_interval_mass(x, 1.0, s)
+        mm, em = normal_x_interval_mass(x, -1.0, s)
+        if q == 1.0:
+            return mp, mm, ep, em, shift
+        a = (1.0 - q) * m0 + q * mp
+        b = (1.0 - q) * m0 + q * mm
+        return (a, b, (1.0 - q) * e0 + q * ep + 2 * _U * a,
+                (1.0 - q) * e0 + q * em + 2 * _U * b, shift)
 
     def _loss_range(self, tail):
         z = float(-special.ndtri(max(tail, 1e-300)))

@@ -168,3 +168,33 @@ def test_long_runs_keep_the_leaf_relative_error_small():
     a, ea = leaf[0], leaf[2]
     live = a > 1e-200
     assert np.max(ea[live] / a[live]) < 1e-12
+
+
+@pytest.mark.parametrize("sigma,q,d", [(1.0, 0.01, 2.0 ** -12), (0.7, 0.3, 2.0 ** -9),
+                                       (5.0, 1e-4, 2.0 ** -18), (2.0, 1.0, 2.0 ** -10)])
+def test_replace_one_pair_displacement_bounds_the_loss(sigma, q, d):
+    """SymmetricSubsampledGaussian: the a-posteriori displacement bounds |L(x) - t| with
+    L evaluated in 60 digits, and its masses are those of its x-intervals."""
+    from pb_accountant.sampled_pairs import SymmetricSubsampledGaussian
+    pair = SymmetricSubsampledGaussian(sigma, q)
+    grid = Grid(d, 1500, 7)
+    t = grid.losses
+    a, b, ea, eb, shift = pair.bucket_masses_with_displacement(t)
+    assert np.all(shift <= 0.01 * d)
+    x = np.maximum.accumulate(pair._x_of_loss(t))
+    s2 = mpmath.mpf(sigma) ** 2
+    qq = mpmath.mpf(q)
+    c = mpmath.exp(-1 / (2 * s2))
+    for k in range(0, len(t), 13):
+        xk = mpmath.mpf(x[k])
+        loss = (mpmath.log(1 - qq + qq * c * mpmath.exp(xk / s2))
+                - mpmath.log(1 - qq + qq * c * mpmath.exp(-xk / s2)))
+        assert abs(loss - mpmath.mpf(t[k])) <= mpmath.mpf(float(shift[k]))
+    xs = np.concatenate(([-np.inf], x, [np.inf]))
+    for k in range(0, len(a), 97):
+        if q == 1.0:
+            exact_b = _mp_mass(xs[k], xs[k + 1], -1, sigma)
+        else:
+            exact_b = ((1 - qq) * _mp_mass(xs[k], xs[k + 1], 0, sigma)
+                       + qq * _mp_mass(xs[k], xs[k + 1], -1, sigma))
+        assert abs(mpmath.mpf(float(b[k])) - exact_b) <= mpmath.mpf(float(eb[k])) + 1e-300
