@@ -346,7 +346,8 @@ class SplitBuckets(BucketRepresentation):
         alpha_up, alpha_down = ai - beta_up, ai - beta_down
         # share of an atom displaced by s past a grid point that goes one point further
         # (exact split of an atom at t + s between t and t + d, rounded up)
-        lam = np.minimum(-np.expm1(-sh) / em1 * (1.0 + 1e-9) + 4.0 * _U, 1.0)
+        lam = np.where(sh > 0, np.minimum(-np.expm1(-sh) / em1 * (1.0 + 1e-9) + 4.0 * _U,
+                                          1.0), 0.0)
         lam_hi, lam_lo = lam[1:], lam[:-1]
         down = np.exp(-t[:-1] + s_lo)                  # B-mass per A-mass at t_{k-1} - s
         # A row: alpha at t_{k-1}; beta at t_k + s_hi -> t_k and t_{k+1} (index K: +inf)
