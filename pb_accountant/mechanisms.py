@@ -519,8 +519,21 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         b = normal_interval_mass(*zb)
         a = normal_interval_mass(*za)
         rel_z = 0.0 if self.truncation is None else 1e-14
-        return (a / Z, b / Z, normal_interval_error(*za, a) / Z + rel_z * a,
-                normal_interval_error(*zb, b) / Z + rel_z * b)
+        # events within the end points' round-off (six roundings of x, then the
+        # standardisation) may belong to the neighbouring bucket: their mass joins both
+        # buckets' errors (the split pair and the groups use displaced borders instead,
+        # ``_continuous_with_displacement``)
+        t = np.asarray(t, dtype=float)
+        ax = np.abs(np.where(np.isfinite(x), x, 0.0))
+        dx = np.concatenate(([0.0], 6.0 * _U * (sd * sd * np.abs(t) + 0.5 * s * s) / s, [0.0]))
+        dzb = (dx + 3.0 * _U * ax) / sd * 1.01
+        dza = (dx + 3.0 * _U * (ax + s)) / sd * 1.01
+        with np.errstate(invalid="ignore"):
+            mb = endpoint_mass(x / sd, dzb)
+            ma = endpoint_mass((x - s) / sd, dza)
+        return (a / Z, b / Z,
+                (normal_interval_error(*za, a) + ma[:-1] + ma[1:]) / Z + rel_z * a,
+                (normal_interval_error(*zb, b) + mb[:-1] + mb[1:]) / Z + rel_z * b)
 
     def _continuous_with_displacement(self, t):
         """Masses of the x-intervals between the computed end points (exact event sets);
@@ -623,12 +636,25 @@ class Laplace(MechanismPair):
         return np.array(losses), np.array(a), np.array(b)
 
     def _continuous(self, t):
+        a, b, _, _ = self._continuous_with_error(t)
+        return a, b
+
+    def _continuous_with_error(self, t):
         s, b = self.sensitivity, self.scale
         _, _, Z = self._bounds()
-        x = np.clip((b * np.asarray(t, dtype=float) + s) / 2.0, 0.0, s)
-        x = np.concatenate(([0.0], x, [s]))
+        t = np.asarray(t, dtype=float)
+        raw = (b * t + s) / 2.0
+        inside = (raw > 0.0) & (raw < s)                 # clipped end points are exact
+        x = np.concatenate(([0.0], np.clip(raw, 0.0, s), [s]))
         # open interval (0, s): the end atoms are counted in _atoms
-        return self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+        ma, mb = self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+        # events within an end point's round-off (three roundings of (b t + s) / 2) may
+        # belong to the neighbouring bucket: both densities are at most 1 / (2 b Z)
+        dx = np.concatenate(([0.0], np.where(inside, 3.0 * _U * (b * np.abs(t) + s) / 2.0
+                                             * 1.01, 0.0), [0.0]))
+        edge = 2.0 * dx / (2.0 * b * Z) * 1.001
+        rel = self.mass_relative_error
+        return ma, mb, rel * ma + edge[:-1] + edge[1:], rel * mb + edge[:-1] + edge[1:]
 
     def _loss_range(self, tail):
         return -self.epsilon0, self.epsilon0

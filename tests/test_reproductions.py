@@ -94,7 +94,9 @@ def test_rdp_from_pair_matches_closed_forms():
     exact = np.log(orders / (2 * orders - 1) * np.exp((orders - 1) / b)
                    + (orders - 1) / (2 * orders - 1) * np.exp(-orders / b)) / (orders - 1)
     ours = rdp_from_pair(Laplace(b), orders).rdp
-    assert np.all(ours >= exact * (1 - 1e-12)) and np.all(ours <= exact * (1 + 1e-3))
+    # certified for the conditional pair: the leaf's certified error mass (the end
+    # points' round-off, about 1e-11 here) counts as distinguishing mass instead
+    assert np.all(ours >= exact * (1 - 1e-9)) and np.all(ours <= exact * (1 + 1e-3))
 
 
 def test_rdp_of_truncated_pair_keeps_the_distinguishing_mass():
