@@ -1,9 +1,10 @@
 """Composing sequences of mechanisms: leaves, binary powers, squaring, canonical order.
 
 The composition of a history [(pair, count), ...] is built in one canonical order so
-that the bounds are a function of the history alone (docs/method.md §3): for each segment
-the cached binary powers M^(2^k) are folded from the highest set bit down, and the
-segments form a binary tree over aligned blocks (``Composer``).  Before each composition the operands are brought
+that the bounds are a function of the history alone (docs/method.md §3): equal pairs
+are merged, pairs of equal count and leaf spacing are grouped, each group is the product
+of its leaves raised to its count by cached binary powers M^(2^k), and products are
+binary trees over aligned blocks (``Composer``).  Before each composition the operands are brought
 to a common grid (squaring the finer one); after it, if the corners pushed more mass
 into the infinity atoms than ``free_infty_budget`` per composed step allows and the
 infinity mass grew more than ``growth_factor``-fold (paper §4.6, Fig. 10), both
@@ -576,21 +577,35 @@ def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:
     return tuple(out)
 
 
-def count_groups(history) -> Tuple[Tuple[int, Tuple[MechanismPair, ...]], ...]:
-    """The canonical grouping of a canonical history (docs/method.md §3, segment grids):
-    equal pairs anywhere in the history are merged (their counts summed; composition
+def count_groups(history, spacing=None) -> Tuple[Tuple[int, Tuple[MechanismPair, ...]], ...]:
+    """The canonical grouping of a canonical history (docs/method.md §3, segment grids).
+
+    Equal pairs anywhere in the history are merged (their counts summed: composition
     is a product of independent pairs, so the order of the steps does not change the
-    composed privacy loss distribution), then the pairs are grouped by count, each
-    group in order of first appearance, the groups in order of their first member.
-    A group (count c, pairs P_1..P_m) is composed as (P_1 * ... * P_m)^c: one product of
-    leaves and one set of binary powers, instead of binary powers of every pair."""
+    composed privacy loss distribution); then the pairs are grouped by count and by
+    ``spacing(pair)`` (their leaf spacing), each group in order of first appearance,
+    the groups in order of their first member.  A group (count c, pairs P_1..P_m) is
+    composed as (P_1 * ... * P_m)^c: one product of leaves and one set of binary powers
+    instead of binary powers of every pair.  Leaves of one group share their spacing,
+    so no leaf is coarsened before its own composition has widened (a coarser leaf
+    spacing costs tightness at every step, docs/method.md §3).
+    """
     merged: "OrderedDict[MechanismPair, int]" = OrderedDict()
     for pair, count in history:
         merged[pair] = merged.get(pair, 0) + count
-    groups: "OrderedDict[int, list]" = OrderedDict()
+    groups: "OrderedDict[tuple, list]" = OrderedDict()
     for pair, count in merged.items():
-        groups.setdefault(count, []).append(pair)
-    return tuple((count, tuple(pairs)) for count, pairs in groups.items())
+        key = (count, None if spacing is None else spacing(pair))
+        groups.setdefault(key, []).append(pair)
+    return tuple((key[0], tuple(pairs)) for key, pairs in groups.items())
+
+
+def _leaf_cap(methods) -> float:
+    """Largest |loss| of the leaves of a joint composition of ``methods``: the paper's
+    buckets form e^t, so their products must stay inside MAX_LOSS_RANGE."""
+    exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
+               if methods & set(cls.variants))
+    return MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
 
 
 def _aligned_blocks(n: int):
@@ -608,14 +623,17 @@ def _aligned_blocks(n: int):
 class Composer:
     """Composes histories in a canonical order, with caches (docs/method.md §3, §8).
 
-    Canonical order: each segment (pair, count) is its binary powers M^(2^k) folded from
-    the highest set bit down; the segments of a history are then combined as a binary
-    tree over aligned blocks: the history's length N is written in binary, the segments
-    are cut into consecutive blocks of 2^b segments for the set bits b from the highest
-    down, each block is the product of its two halves (recursively), and the blocks are
-    folded left to right.  The result is a function of the history alone, a history with
-    many distinct segments costs about one small composition per segment, and a history
-    that grows at its end recomputes only O(log N) blocks.
+    Canonical order: the history's pairs are merged and grouped by count and leaf
+    spacing (``count_groups``); a group (c, P_1..P_m) is the product of its leaves
+    (a binary tree over aligned blocks: m written in binary, one block of 2^b
+    consecutive leaves per set bit b from the highest down, each block the product of
+    its two halves, the blocks folded left to right), raised to the power c by its
+    binary powers folded from the highest set bit down; the groups are then combined
+    by the same aligned-block tree.  The result is a function of the history alone;
+    a schedule of equal-length epochs costs one product per epoch and one set of binary
+    powers per leaf spacing, a per-step schedule about one small composition per step,
+    and a history that grows at its end recomputes only O(log N) blocks (plus the
+    powers of the group that grew).
 
     Thread safety: every cache holds immutable values (BucketSets, tuples), published
     whole under one re-entrant lock that every composition holds, so concurrent callers
@@ -629,6 +647,7 @@ class Composer:
         self._coarsened: dict = {}
         self._coarsened_joint: dict = {}
         self._ids: dict = {}
+        self._leaf_grids: dict = {}
         self._bytes = 0
         self._cache_size = cache_size
 
@@ -680,6 +699,17 @@ class Composer:
             self._values.move_to_end(key)
         return hit
 
+    def _leaf_grid(self, pair, cfg, cap: float = LEAF_LOSS_RANGE) -> Grid:
+        """The leaf grid of ``pair`` (remembered: the canonical grouping asks for its
+        spacing at every query, and sizing it costs about as much as a leaf)."""
+        key = (pair, cfg, cap)
+        grid = self._leaf_grids.get(key)
+        if grid is None:
+            if len(self._leaf_grids) > _INTERNED_KEYS:
+                self._leaf_grids.clear()
+            grid = self._leaf_grids[key] = leaf_grid(pair, cfg[1], self.options, cap)
+        return grid
+
     def _leaf(self, reps, pair, cfg):
         """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order)."""
         out = []
@@ -688,14 +718,11 @@ class Composer:
             value = self._cached(key)
             if value is None:
                 if rep == "split":
-                    grid = leaf_grid(pair, cfg[1], self.options, LEAF_LOSS_RANGE)
+                    grid = self._leaf_grid(pair, cfg)
                     value = (BucketSet.leaf(pair, grid, frozenset({"split"})), None)
                 elif isinstance(rep, tuple):
                     methods = rep[1]
-                    exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
-                               if methods & set(cls.variants))
-                    cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
-                    value = BucketSet.leaf(pair, leaf_grid(pair, cfg[1], self.options, cap),
+                    value = BucketSet.leaf(pair, self._leaf_grid(pair, cfg, _leaf_cap(methods)),
                                            methods)
                 else:
                     grid = self._leaf(("split",), pair, cfg)[0][0].grid
@@ -847,8 +874,10 @@ class Composer:
         if not history:
             return None
         cfg = self._config(delta, sum(count for _, count in history))
-        groups = count_groups(history)
+        cap = LEAF_LOSS_RANGE if methods <= _FOLLOWING else _leaf_cap(methods)
         with self._lock:
+            groups = count_groups(history,
+                                  lambda pair: self._leaf_grid(pair, cfg, cap).log_factor)
             if not methods <= _FOLLOWING:
                 return self._history((("joint", methods),), groups, cfg)[0]
             reps = ("split",) + tuple(f"grouped-{d}" for d in grouped_directions(methods))

@@ -145,6 +145,9 @@ def test_count_groups_merge_equal_pairs_and_group_by_count():
     a, b, c, d = (SubsampledGaussian(s, 0.01) for s in (1.0, 1.1, 1.2, 1.3))
     history = composition.canonical_history([(a, 5), (b, 10), (a, 5), (c, 10), (d, 3)])
     assert composition.count_groups(history) == ((10, (a, b, c)), (3, (d,)))
+    # and by leaf spacing: pairs of different spacings are powered on their own
+    spacing = {a: 1.0, b: 0.5, c: 1.0, d: 1.0}.get
+    assert composition.count_groups(history, spacing) == ((10, (a, c)), (10, (b,)), (3, (d,)))
     # a history of one pair is one group of one pair
     assert composition.count_groups(((a, 7),)) == ((7, (a,)),)
 
@@ -162,14 +165,22 @@ def _count_compositions(monkeypatch):
 
 
 def test_equal_length_epochs_square_once(monkeypatch):
-    """m epochs of c steps, one sigma each: (P_1 * ... * P_m)^c costs m - 1 products of
-    leaves and the binary powers of c once, not binary powers for every epoch."""
+    """m epochs of c steps, one sigma each: per group of equal leaf spacing,
+    (P_1 * ... * P_k)^c costs k - 1 products of leaves and the binary powers of c
+    once, not binary powers for every epoch."""
     calls = _count_compositions(monkeypatch)
     m, c = 12, 100
-    history = [(SubsampledGaussian(1.0 + 0.05 * i, 0.01), c) for i in range(m)]
+    history = [(SubsampledGaussian(1.0 + 0.02 * i, 0.01), c) for i in range(m)]
+    budget = composition.per_step_infinity_budget(
+        composition.delta_class(1e-5), composition.planned_steps(m * c))
+    options = composition.BucketOptions()
+    groups = composition.count_groups(
+        history, lambda p: composition.leaf_grid(p, budget, options).log_factor)
+    g = len(groups)
+    assert g <= m // 2                         # the test needs shared spacings
     Composer().compose(history, 1e-5, ("split",))
-    # 100 = 0b1100100: 6 squarings and 2 products
-    assert 0 < calls[0] <= (m - 1) + 6 + 2
+    # 100 = 0b1100100: 6 squarings and 2 products per group, g - 1 to join the groups
+    assert 0 < calls[0] <= (m - g) + 8 * g + (g - 1)
 
 
 def test_non_adjacent_equal_pairs_compose_as_one_segment():
