@@ -9,7 +9,7 @@ dp_accounting's PLD, with wall times, in the same run.
    epoch over the same run, and the final answers.
 3. Per-step schedules (every step its own sigma, ``--per-step`` sizes): pb, PLD, RDP.
 
-    python benchmarks/bench_schedules.py [--repeat 3] [--per-step 1000 10000] [--no-pld]
+    python benchmarks/bench_schedules.py [--repeat 3] [--per-step 1000 ...] [--no-pld]
 """
 import argparse
 import statistics
@@ -143,7 +143,7 @@ def per_step(sizes, pld: bool):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--per-step", type=int, nargs="*", default=[1000, 10000])
+    parser.add_argument("--per-step", type=int, nargs="*", default=[1000])
     parser.add_argument("--no-pld", action="store_true")
     args = parser.parse_args(argv)
     from_scratch(args.repeat, not args.no_pld)
