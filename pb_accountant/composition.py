@@ -1,9 +1,10 @@
 """Composing sequences of mechanisms: leaves, binary powers, squaring, canonical order.
 
 The composition of a history [(pair, count), ...] is built in one canonical order so
-that the bounds are a function of the history alone (docs/method.md §3): for each segment
-the cached binary powers M^(2^k) are folded from the highest set bit down, and the
-segments form a binary tree over aligned blocks (``Composer``).  Before each composition the operands are brought
+that the bounds are a function of the history alone (docs/method.md §3): equal pairs
+are merged, pairs of equal count and leaf spacing are grouped, each group is the product
+of its leaves raised to its count by cached binary powers M^(2^k), and products are
+binary trees over aligned blocks (``Composer``).  Before each composition the operands are brought
 to a common grid (squaring the finer one); after it, if the corners pushed more mass
 into the infinity atoms than ``free_infty_budget`` per composed step allows and the
 infinity mass grew more than ``growth_factor``-fold (paper §4.6, Fig. 10), both
@@ -576,17 +577,63 @@ def canonical_history(sequence) -> Tuple[Tuple[MechanismPair, int], ...]:
     return tuple(out)
 
 
+def count_groups(history, spacing=None) -> Tuple[Tuple[int, Tuple[MechanismPair, ...]], ...]:
+    """The canonical grouping of a canonical history (docs/method.md §3, segment grids).
+
+    Equal pairs anywhere in the history are merged (their counts summed: composition
+    is a product of independent pairs, so the order of the steps does not change the
+    composed privacy loss distribution); then the pairs are grouped by count and by
+    ``spacing(pair)`` (their leaf spacing), each group in order of first appearance,
+    the groups in order of their first member.  A group (count c, pairs P_1..P_m) is
+    composed as (P_1 * ... * P_m)^c: one product of leaves and one set of binary powers
+    instead of binary powers of every pair.  Leaves of one group share their spacing,
+    so no leaf is coarsened before its own composition has widened (a coarser leaf
+    spacing costs tightness at every step, docs/method.md §3).
+    """
+    merged: "OrderedDict[MechanismPair, int]" = OrderedDict()
+    for pair, count in history:
+        merged[pair] = merged.get(pair, 0) + count
+    groups: "OrderedDict[tuple, list]" = OrderedDict()
+    for pair, count in merged.items():
+        key = (count, None if spacing is None else spacing(pair))
+        groups.setdefault(key, []).append(pair)
+    return tuple((key[0], tuple(pairs)) for key, pairs in groups.items())
+
+
+def _leaf_cap(methods) -> float:
+    """Largest |loss| of the leaves of a joint composition of ``methods``: the paper's
+    buckets form e^t, so their products must stay inside MAX_LOSS_RANGE."""
+    exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
+               if methods & set(cls.variants))
+    return MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
+
+
+def _aligned_blocks(n: int):
+    """(start, size) of the aligned blocks of n items: one block of 2^b consecutive items
+    per set bit b of n, from the highest down."""
+    blocks = []
+    start = 0
+    for b in range(n.bit_length() - 1, -1, -1):
+        if (n >> b) & 1:
+            blocks.append((start, 1 << b))
+            start += 1 << b
+    return blocks
+
+
 class Composer:
     """Composes histories in a canonical order, with caches (docs/method.md §3, §8).
 
-    Canonical order: each segment (pair, count) is its binary powers M^(2^k) folded from
-    the highest set bit down; the segments of a history are then combined as a binary
-    tree over aligned blocks: the history's length N is written in binary, the segments
-    are cut into consecutive blocks of 2^b segments for the set bits b from the highest
-    down, each block is the product of its two halves (recursively), and the blocks are
-    folded left to right.  The result is a function of the history alone, a history with
-    many distinct segments costs about one small composition per segment, and a history
-    that grows at its end recomputes only O(log N) blocks.
+    Canonical order: the history's pairs are merged and grouped by count and leaf
+    spacing (``count_groups``); a group (c, P_1..P_m) is the product of its leaves
+    (a binary tree over aligned blocks: m written in binary, one block of 2^b
+    consecutive leaves per set bit b from the highest down, each block the product of
+    its two halves, the blocks folded left to right), raised to the power c by its
+    binary powers folded from the highest set bit down; the groups are then combined
+    by the same aligned-block tree.  The result is a function of the history alone;
+    a schedule of equal-length epochs costs one product per epoch and one set of binary
+    powers per leaf spacing, a per-step schedule about one small composition per step,
+    and a history that grows at its end recomputes only O(log N) blocks (plus the
+    powers of the group that grew).
 
     Thread safety: every cache holds immutable values (BucketSets, tuples), published
     whole under one re-entrant lock that every composition holds, so concurrent callers
@@ -600,6 +647,7 @@ class Composer:
         self._coarsened: dict = {}
         self._coarsened_joint: dict = {}
         self._ids: dict = {}
+        self._leaf_grids: dict = {}
         self._bytes = 0
         self._cache_size = cache_size
 
@@ -651,6 +699,17 @@ class Composer:
             self._values.move_to_end(key)
         return hit
 
+    def _leaf_grid(self, pair, cfg, cap: float = LEAF_LOSS_RANGE) -> Grid:
+        """The leaf grid of ``pair`` (remembered: the canonical grouping asks for its
+        spacing at every query, and sizing it costs about as much as a leaf)."""
+        key = (pair, cfg, cap)
+        grid = self._leaf_grids.get(key)
+        if grid is None:
+            if len(self._leaf_grids) > _INTERNED_KEYS:
+                self._leaf_grids.clear()
+            grid = self._leaf_grids[key] = leaf_grid(pair, cfg[1], self.options, cap)
+        return grid
+
     def _leaf(self, reps, pair, cfg):
         """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order)."""
         out = []
@@ -659,14 +718,11 @@ class Composer:
             value = self._cached(key)
             if value is None:
                 if rep == "split":
-                    grid = leaf_grid(pair, cfg[1], self.options, LEAF_LOSS_RANGE)
+                    grid = self._leaf_grid(pair, cfg)
                     value = (BucketSet.leaf(pair, grid, frozenset({"split"})), None)
                 elif isinstance(rep, tuple):
                     methods = rep[1]
-                    exps = any(cls.forms_exponentials for cls in REPRESENTATIONS.values()
-                               if methods & set(cls.variants))
-                    cap = MAX_LOSS_RANGE / 8.0 if exps else LEAF_LOSS_RANGE
-                    value = BucketSet.leaf(pair, leaf_grid(pair, cfg[1], self.options, cap),
+                    value = BucketSet.leaf(pair, self._leaf_grid(pair, cfg, _leaf_cap(methods)),
                                            methods)
                 else:
                     grid = self._leaf(("split",), pair, cfg)[0][0].grid
@@ -720,53 +776,75 @@ class Composer:
                 out[rep] = value
         return tuple(out[rep] for rep in reps)
 
-    def _power(self, reps, pair, k: int, cfg):
-        """M^(2^k): the leaf squared k times by self-composition."""
+    # A *unit* is what binary powers are taken of: a mechanism pair (key: the pair,
+    # base: its leaf) or the product of the leaves of one count group (key:
+    # ("group", name), base: that product).  ``base(reps)`` returns its values.
+    def _power(self, reps, unit, k: int, cfg, base):
+        """unit^(2^k): the base squared k times by self-composition."""
         if k == 0:
-            return self._leaf(reps, pair, cfg)
-        below = lambda r: self._power(r, pair, k - 1, cfg)  # noqa: E731
-        return self._combine(reps, ("pow", pair, cfg, k), cfg, below, below, same=True)
+            return base(reps)
+        below = lambda r: self._power(r, unit, k - 1, cfg, base)  # noqa: E731
+        return self._combine(reps, ("pow", unit, cfg, k), cfg, below, below, same=True)
 
-    def _segment(self, reps, pair, count: int, b: int, cfg):
-        """The steps of the segment (pair, count) down to bit ``b``: its binary powers
-        folded from the highest set bit down (canonical order)."""
+    def _segment(self, reps, unit, count: int, b: int, cfg, base):
+        """unit^count down to bit ``b``: its binary powers folded from the highest set
+        bit down (canonical order)."""
         higher = [c for c in range(b + 1, count.bit_length()) if (count >> c) & 1]
         if not higher:
-            return self._power(reps, pair, b, cfg)
+            return self._power(reps, unit, b, cfg, base)
         prev = higher[0]
-        return self._combine(reps, ("seg", pair, cfg, count >> b, b), cfg,
-                             lambda r: self._segment(r, pair, count, prev, cfg),
-                             lambda r: self._power(r, pair, b, cfg))
+        return self._combine(reps, ("seg", unit, cfg, count >> b, b), cfg,
+                             lambda r: self._segment(r, unit, count, prev, cfg, base),
+                             lambda r: self._power(r, unit, b, cfg, base))
 
-    def _block(self, reps, ids, segments, start: int, size: int, cfg):
-        """The product of segments[start:start+size] (size a power of two): the product
-        of its two halves, cached under the interned name of its content."""
+    def _block(self, reps, ids, item, start: int, size: int, cfg):
+        """The product of items[start:start+size] (size a power of two): the product of
+        its two halves, cached under the interned name of its content; ``item(reps, i)``
+        gives the values of item i."""
         if size == 1:
-            pair, count = segments[start]
-            low = (count & -count).bit_length() - 1        # lowest set bit
-            return self._segment(reps, pair, count, low, cfg)
+            return item(reps, start)
         half = size // 2
         return self._combine(reps, ("block", ids[(start, size)], cfg), cfg,
-                             lambda r: self._block(r, ids, segments, start, half, cfg),
-                             lambda r: self._block(r, ids, segments, start + half, half, cfg))
+                             lambda r: self._block(r, ids, item, start, half, cfg),
+                             lambda r: self._block(r, ids, item, start + half, half, cfg))
 
-    def _fold(self, reps, ids, segments, blocks, k: int, cfg):
+    def _fold(self, reps, ids, item, blocks, k: int, cfg):
         """The blocks 0..k folded left to right."""
         start, size = blocks[k]
         if k == 0:
-            return self._block(reps, ids, segments, start, size, cfg)
+            return self._block(reps, ids, item, start, size, cfg)
         return self._combine(reps, ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg),
-                             cfg, lambda r: self._fold(r, ids, segments, blocks, k - 1, cfg),
-                             lambda r: self._block(r, ids, segments, start, size, cfg))
+                             cfg, lambda r: self._fold(r, ids, item, blocks, k - 1, cfg),
+                             lambda r: self._block(r, ids, item, start, size, cfg))
 
-    def _names(self, segments, blocks):
-        """Interned names of every aligned block the canonical order uses."""
-        ids = {}
-        for i, seg in enumerate(segments):
-            ids[(i, 1)] = self._intern(("seg",) + tuple(seg))
+    def _product(self, reps, names, item, cfg):
+        """The product of the items named ``names`` (interned keys) in the canonical
+        binary tree over aligned blocks."""
+        blocks = _aligned_blocks(len(names))
+        ids = {(i, 1): self._intern(name) for i, name in enumerate(names)}
         for start, size in blocks:
             self._name_block(ids, start, size)
-        return ids
+        return self._fold(reps, ids, item, blocks, len(blocks) - 1, cfg)
+
+    def _group(self, reps, count: int, pairs, cfg):
+        """The steps of one count group: (product of the leaves of ``pairs``)^count."""
+        if len(pairs) == 1:
+            pair = pairs[0]
+            base = lambda r: self._leaf(r, pair, cfg)  # noqa: E731
+            unit = pair
+        else:
+            base = lambda r: self._product(  # noqa: E731
+                r, [("seg", p, 1) for p in pairs],
+                lambda rr, i: self._leaf(rr, pairs[i], cfg), cfg)
+            unit = ("group", self._intern(("group",) + tuple(pairs)))
+        low = (count & -count).bit_length() - 1        # lowest set bit
+        return self._segment(reps, unit, count, low, cfg, base)
+
+    def _history(self, reps, groups, cfg):
+        """The product of the count groups (canonical order, ``count_groups``)."""
+        names = [("group-value", count) + tuple(pairs) for count, pairs in groups]
+        return self._product(reps, names,
+                             lambda r, i: self._group(r, groups[i][0], groups[i][1], cfg), cfg)
 
     def _name_block(self, ids, start, size):
         key = (start, size)
@@ -796,19 +874,14 @@ class Composer:
         if not history:
             return None
         cfg = self._config(delta, sum(count for _, count in history))
-        blocks = []
-        start = 0
-        for b in range(len(history).bit_length() - 1, -1, -1):
-            if (len(history) >> b) & 1:
-                blocks.append((start, 1 << b))
-                start += 1 << b
-        last = len(blocks) - 1
+        cap = LEAF_LOSS_RANGE if methods <= _FOLLOWING else _leaf_cap(methods)
         with self._lock:
-            ids = self._names(history, blocks)
+            groups = count_groups(history,
+                                  lambda pair: self._leaf_grid(pair, cfg, cap).log_factor)
             if not methods <= _FOLLOWING:
-                return self._fold((("joint", methods),), ids, history, blocks, last, cfg)[0]
+                return self._history((("joint", methods),), groups, cfg)[0]
             reps = ("split",) + tuple(f"grouped-{d}" for d in grouped_directions(methods))
-            values = self._fold(reps, ids, history, blocks, last, cfg)
+            values = self._history(reps, groups, cfg)
         split, grouped = values[0][0], values[1:]
         members = split.members + ((("grouped", grouped),) if grouped else ())
         return BucketSet(split.grid, members)

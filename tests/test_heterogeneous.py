@@ -137,3 +137,99 @@ def test_grouped_both_directions_equal_one_direction_each():
     assert (g_both[0].rows == ab.members[1][1][0].rows).all()
     assert (g_both[1].rows == ba.members[1][1][0].rows).all()
     assert (both.split.rows == ab.split.rows).all()
+
+
+# -- count groups (docs/method.md §3, "Segment grids") ----------------------------------
+
+def test_count_groups_merge_equal_pairs_and_group_by_count():
+    a, b, c, d = (SubsampledGaussian(s, 0.01) for s in (1.0, 1.1, 1.2, 1.3))
+    history = composition.canonical_history([(a, 5), (b, 10), (a, 5), (c, 10), (d, 3)])
+    assert composition.count_groups(history) == ((10, (a, b, c)), (3, (d,)))
+    # and by leaf spacing: pairs of different spacings are powered on their own
+    spacing = {a: 1.0, b: 0.5, c: 1.0, d: 1.0}.get
+    assert composition.count_groups(history, spacing) == ((10, (a, c)), (10, (b,)), (3, (d,)))
+    # a history of one pair is one group of one pair
+    assert composition.count_groups(((a, 7),)) == ((7, (a,)),)
+
+
+def _count_compositions(monkeypatch):
+    calls = [0]
+    real = composition.compose_split
+
+    def counting(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(composition, "compose_split", counting)
+    return calls
+
+
+def test_equal_length_epochs_square_once(monkeypatch):
+    """m epochs of c steps, one sigma each: per group of equal leaf spacing,
+    (P_1 * ... * P_k)^c costs k - 1 products of leaves and the binary powers of c
+    once, not binary powers for every epoch."""
+    calls = _count_compositions(monkeypatch)
+    m, c = 12, 100
+    history = [(SubsampledGaussian(1.0 + 0.02 * i, 0.01), c) for i in range(m)]
+    budget = composition.per_step_infinity_budget(
+        composition.delta_class(1e-5), composition.planned_steps(m * c))
+    options = composition.BucketOptions()
+    groups = composition.count_groups(
+        history, lambda p: composition.leaf_grid(p, budget, options).log_factor)
+    g = len(groups)
+    assert g <= m // 2                         # the test needs shared spacings
+    Composer().compose(history, 1e-5, ("split",))
+    # 100 = 0b1100100: 6 squarings and 2 products per group, g - 1 to join the groups
+    assert 0 < calls[0] <= (m - g) + 8 * g + (g - 1)
+
+
+def test_non_adjacent_equal_pairs_compose_as_one_segment():
+    """Equal pairs anywhere in the history are one count: bitwise the same bounds."""
+    split = PrivacyBucketsAccountant()
+    split.history = [(1.0, 0.02, 5), (1.3, 0.02, 5), (1.0, 0.02, 5)]
+    merged = PrivacyBucketsAccountant()
+    merged.history = [(1.0, 0.02, 10), (1.3, 0.02, 5)]
+    a, b = split.get_epsilon_bounds(1e-5), merged.get_epsilon_bounds(1e-5)
+    assert (a.lower, a.upper) == (b.lower, b.upper)
+    assert 0.0 < a.lower <= a.upper < math.inf
+
+
+def test_epoch_schedule_per_step_queries_agree_bitwise_and_bracket_pld():
+    """A per-epoch noise schedule trained step by step with a query after every step
+    (the last epoch's count, and so the count groups, change at every step): the final
+    bounds equal a fresh accountant's and a restored one's, and bracket PLD."""
+    delta = 1e-5
+    history = [(1.0 + 0.1 * i, 0.02, 16) for i in range(4)] + [(1.5, 0.02, 9)]
+    incremental = PrivacyBucketsAccountant()
+    for sigma, q, count in history:
+        for _ in range(count):
+            incremental.step(noise_multiplier=sigma, sample_rate=q)
+            incremental.get_epsilon_bounds(delta)
+    final = incremental.get_epsilon_bounds(delta)
+    fresh = PrivacyBucketsAccountant()
+    fresh.history = list(history)
+    restored = PrivacyBucketsAccountant()
+    restored.load_state_dict(incremental.state_dict())
+    for other in (fresh, restored):
+        b = other.get_epsilon_bounds(delta)
+        assert (b.lower, b.upper) == (final.lower, final.upper)
+    assert 0.0 < final.lower <= final.upper < math.inf
+    assert (final.upper - final.lower) / final.upper <= 5e-4
+    # at interval 1e-4 PLD's optimistic estimate is within 0.1% of the upper bound
+    optimistic, pessimistic = _pld_epsilons(history, delta, interval=1e-4)
+    assert final.lower <= pessimistic * (1 + PLD_SLACK)
+    assert final.upper >= optimistic * (1 - PLD_SLACK)
+
+
+def test_long_equal_count_schedule_brackets_pld():
+    """Epochs of 64 steps (the group's binary powers), one sigma per epoch, plus a
+    partial epoch: both bounds bracket dp_accounting's PLD estimates."""
+    delta = 1e-6
+    history = [(0.9 + 0.08 * i, 0.03, 64) for i in range(10)] + [(1.7, 0.03, 13)]
+    acc = PrivacyBucketsAccountant()
+    acc.history = list(history)
+    b = acc.get_epsilon_bounds(delta)
+    assert 0.0 < b.lower <= b.upper < math.inf
+    optimistic, pessimistic = _pld_epsilons(history, delta)
+    assert b.lower <= pessimistic * (1 + PLD_SLACK)
+    assert b.upper >= optimistic * (1 - PLD_SLACK)
