@@ -205,15 +205,18 @@ def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
     """
     err = np.asarray(err, dtype=float)
     cands = _CANDIDATES[_CANDIDATES <= cap]
-    # choose r from sorted ratios (estimates only), then count the rest in one pass
+    # choose r from the ratios binned between the candidates (estimates only, no sort),
+    # then count the rest in one pass
     live = row > 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where(live, err / np.where(live, row, 1.0), np.inf)
-    order = np.argsort(-ratio, kind="stable")
-    cum_err = np.concatenate(([0.0], np.cumsum(err[order])))
-    cum_row = np.concatenate(([0.0], np.cumsum(np.where(live, row, 0.0)[order])))
-    above = np.searchsorted(-ratio[order], -cands, side="left")     # entries with ratio > r
-    estimate = np.maximum(cum_err[above] - cands * cum_row[above], 0.0)
+    # bin j + 1 holds the entries with ratio above candidates 0..j
+    idx = np.searchsorted(cands, ratio, side="left")
+    k = len(cands) + 1
+    sum_err = np.cumsum(np.bincount(idx, weights=err, minlength=k)[::-1])[::-1]
+    sum_row = np.cumsum(np.bincount(idx, weights=np.where(live, row, 0.0), minlength=k)[::-1])[::-1]
+    # entries with ratio > cands[j]: bins j + 1 and above
+    estimate = np.maximum(sum_err[1:] - cands * sum_row[1:], 0.0)
     r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
     with np.errstate(over="ignore", invalid="ignore"):
         rest = np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()
