@@ -534,27 +534,34 @@ class GroupedBuckets(BucketRepresentation):
         return {}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
-        """Theorem 2 over all groups, per direction: a group counts while its label
-        (plus LABEL_SLACK) does not exceed its likelihood ratio."""
+        """Theorem 2 over all groups, per direction: a group counts while eps stays below
+        its likelihood ratio and below its label plus a cap k.
+
+        The cap bounds what the second row's absolute error can cost: an included
+        group's term weighs it by e^{eps - label} <= e^k.  After many compositions
+        groups mix events whose losses differ by several units, so every group's
+        likelihood ratio sits below its label (by about 18 at epsilon 3e4, whose
+        C row then carries e^18 times the A-mass); k is therefore the largest gap
+        log(ratio) - label of a group whose mass exceeds the row's error, at most
+        LABEL_SLACK (docs/method.md §6).  Any k gives a valid bound; this one drops no
+        such group and charges the error at the scale the groups actually have."""
         t = self.grid.losses
-        k = LABEL_SLACK
-        w = math.exp(k)
         curves = {}
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            if "ab" in self.directions:
-                gA, gC = self.row("A"), self.row("C")
-                th = np.minimum(t + k, t + _log(gA) - _log(gC))
-                curves["ab"] = ThresholdSum.build(
-                    np.nan_to_num(th, nan=-np.inf), gA, gC, t,
-                    _lower_const(self.a_inf - (self.row_error("A") + w * self.row_error("C"))),
-                    False, self.row_relative("A") + _W * self.row_relative("C"))
-            if "ba" in self.directions:
-                gB, gD = self.row("B"), self.row("D")
-                th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
-                curves["ba"] = ThresholdSum.build(
-                    np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
-                    _lower_const(self.b_minf - (self.row_error("B") + w * self.row_error("D"))),
-                    False, self.row_relative("B") + _W * self.row_relative("D"))
+            for direction, (p_kind, q_kind), sign, const in (
+                    ("ab", ("A", "C"), 1.0, self.a_inf), ("ba", ("B", "D"), -1.0, self.b_minf)):
+                if direction not in self.directions:
+                    continue
+                p, q = self.row(p_kind), self.row(q_kind)
+                gap = _log(p) - _log(q)
+                k = _label_cap(gap, p, self.row_error(p_kind))
+                th = np.minimum(sign * t + k, sign * t + gap)
+                allowance = self.row_error(p_kind) + math.exp(k) * (1.0 + 1e-9) \
+                    * self.row_error(q_kind)
+                curves[direction] = ThresholdSum.build(
+                    np.nan_to_num(th, nan=-np.inf), p, q, sign * t,
+                    _lower_const(const - allowance), False,
+                    self.row_relative(p_kind) + _W * self.row_relative(q_kind))
         return curves
 
     @property
@@ -697,16 +704,18 @@ class GroupedBuckets(BucketRepresentation):
         err = self.error.copy()
         rel = self.relative.copy()
         if s:
+            # the computed row is scaled exactly like the exact one, so its absolute
+            # part scales by the same factor (down as well as up: keeping it when the
+            # row shrinks ratcheted it up f-fold per down-and-up relabelling); the
+            # product's rounding is relative, except underflow (< 2^-1074 per entry)
             scale = math.exp(s * d)
+            underflow = 5e-324 * grid.size
             for i, kind in enumerate(self.kinds):
-                if kind == "C":
-                    rows[i] *= scale
-                    err[i] *= max(scale, 1.0) * (1.0 + 4 * _U)
+                if kind in ("C", "D"):
+                    k = scale if kind == "C" else 1.0 / scale
+                    rows[i] = rows[i] * k
+                    err[i] = (err[i] * k * (1.0 + 4 * _U) + underflow) * (1.0 + 4 * _U)
                     rel[i] = _rounded_relative(rel[i], 3)      # exp and one product
-                elif kind == "D":
-                    rows[i] /= scale
-                    err[i] *= max(1.0 / scale, 1.0) * (1.0 + 4 * _U)
-                    rel[i] = _rounded_relative(rel[i], 3)
         return self._with(grid, rows, err, relative=rel)
 
     def squared(self) -> "GroupedBuckets":
@@ -718,6 +727,17 @@ class GroupedBuckets(BucketRepresentation):
         err = self.error * growth * (1.0 + 4 * _U)
         return self._with(self.grid.squared(), rows, err,
                           relative=_rounded_relative(self.relative))
+
+
+def _label_cap(gap: np.ndarray, p: np.ndarray, error: float) -> float:
+    """Cap k on eps - label for the lower bound (``GroupedBuckets.lower_curves``): the
+    largest log-likelihood-ratio gap of a group whose first-row mass exceeds the row's
+    absolute error (smaller groups cannot lift the bound above its allowance), at most
+    LABEL_SLACK; LABEL_SLACK if there is none.  A function of the rows alone."""
+    live = (p > error) & np.isfinite(gap)
+    if not np.any(live):
+        return LABEL_SLACK
+    return float(min(LABEL_SLACK, float(np.max(gap[live]))))
 
 
 #: largest |loss| a re-labelling may move groups by (f^s stays a finite double)
