@@ -587,8 +587,11 @@ class GroupedBuckets(BucketRepresentation):
         p = np.where(np.isfinite(r) & (r < 1e300), p, 0.0)
         r = np.where(p > 0, r, 0.0)
         rel_r = 8.0 * _U * (big + abs(k))
-        q_cost = (math.exp(min(math.log(q_err) + lq + k, 709.0)) * (1.0 + rel_r)
-                  if q_err > 0 else 0.0)
+        q_cost = 0.0                       # the second row's error, weighed by e^k
+        if q_err > 0:
+            arg = math.log(q_err) + lq + k
+            rel_c = 8.0 * _U * (abs(math.log(q_err)) + abs(lq) + abs(k) + 2.0)
+            q_cost = math.exp(arg) * (1.0 + rel_c) if arg < 709.0 else math.inf
         allowance = p_err + q_cost * (1.0 + 1e-9) + 1e-300 * len(labels)
         return ThresholdSum.build(np.nan_to_num(th, nan=-np.inf), p, r, labels + k,
                                   _lower_const(const - allowance), False,
