@@ -568,16 +568,21 @@ class GroupedBuckets(BucketRepresentation):
                 p_err = self.row_error(p_kind)
                 q_err = float(self.error[self.kinds.index(q_kind)])
                 big = float(np.max(np.abs(logq[q > 0]), initial=0.0)) + abs(lq) + 2.0
-                parts = [self._lower_sum(sign * t, p, logq, lq, gap, k, const, p_err, q_err,
-                                         big, self.row_relative(p_kind),
-                                         self.row_relative(q_kind))
-                         for k in _label_caps(gap, p, p_err, sign * t)]
+                parts = []
+                for k in _label_caps(gap, p, p_err, sign * t):
+                    curve, q_cost = self._lower_sum(
+                        sign * t, p, logq, lq, gap, k, const, p_err, q_err, big,
+                        self.row_relative(p_kind), self.row_relative(q_kind))
+                    parts.append(curve)
+                    if q_cost <= max(p_err, 1e-20):
+                        break      # smaller caps only cut the C error's cost: no gain
                 curves[direction] = parts[0] if len(parts) == 1 else MaxOfSums(tuple(parts))
         return curves
 
     @staticmethod
     def _lower_sum(labels, p, logq, lq, gap, k, const, p_err, q_err, big, rel_p, rel_q):
-        """Theorem 2's sum for one label cap k (see ``lower_curves``)."""
+        """Theorem 2's sum for one label cap k (see ``lower_curves``), and what the second
+        row's absolute error costs in it."""
         th = np.minimum(labels + k, labels + gap)
         # B-weights r e^{-u} with u = label + k: r = q_true e^k, formed in logs (its
         # rounding is relative, at most 8u times the exponents' size); a group whose r
@@ -595,7 +600,7 @@ class GroupedBuckets(BucketRepresentation):
         allowance = p_err + q_cost * (1.0 + 1e-9) + 1e-300 * len(labels)
         return ThresholdSum.build(np.nan_to_num(th, nan=-np.inf), p, r, labels + k,
                                   _lower_const(const - allowance), False,
-                                  rel_p + _W * ((1.0 + rel_q) * (1.0 + rel_r) - 1.0))
+                                  rel_p + _W * ((1.0 + rel_q) * (1.0 + rel_r) - 1.0)), q_cost
 
     @property
     def kinds(self) -> Tuple[str, ...]:
