@@ -33,7 +33,7 @@ import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
 from .convolution import CONVOLUTION_RELATIVE_ERROR, convolve_rows
-from .queries import PaperUpper, ThresholdSum
+from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
 
 _U = UNIT_ROUNDOFF
@@ -576,44 +576,89 @@ class GroupedBuckets(BucketRepresentation):
     b_minf: float = 0.0       # B-mass of the group of events with loss -inf (A = 0)
     directions: Tuple[str, ...] = ("ab", "ba")
     relative: Optional[np.ndarray] = None   # entrywise relative error per row
+    #: per row, the row's true values are the stored ones times e^{log_scale}: C and D
+    #: live at e^{label - ratio} times the A- (B-) mass, beyond floating-point range at
+    #: epsilon of millions, and a re-labelling by s only adds s log f here (the error
+    #: bounds are in stored units; docs/method.md §6)
+    log_scale: Optional[np.ndarray] = None
 
     def __post_init__(self):
         if self.relative is None:
             object.__setattr__(self, "relative", np.zeros(len(self.rows)))
+        if self.log_scale is None:
+            object.__setattr__(self, "log_scale", np.zeros(len(self.rows)))
 
     @property
     def infinity_bucket(self) -> Tuple[float, float]:
         return self.a_inf, self.b_minf
 
     def row_errors(self) -> Dict[str, float]:
-        return {k: float(e) for k, e in zip(self.kinds, self.error)}
+        """Absolute error bounds per row, in true units (inf where beyond range)."""
+        with np.errstate(over="ignore"):
+            return {k: float(e * np.exp(ls)) if e > 0 else 0.0
+                    for k, e, ls in zip(self.kinds, self.error, self.log_scale)}
 
     def upper_curves(self) -> Dict[str, ThresholdSum]:
         return {}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
-        """Theorem 2 over all groups, per direction: a group counts while its label
-        (plus LABEL_SLACK) does not exceed its likelihood ratio."""
+        """Theorem 2 over all groups, per direction: a group counts while eps stays below
+        its likelihood ratio and below its label plus a cap k.
+
+        The cap bounds what the second row's absolute error can cost: an included
+        group's term weighs it by e^{eps - label} <= e^k.  After many compositions
+        groups mix events whose losses differ by several units, so their likelihood
+        ratios sit below their labels (by about 18 at epsilon 3e4, by 8,800 at 7e6),
+        the more so the higher the label.  Each k of ``_label_caps`` (the largest gap
+        log(ratio) - label over an upper tail of the groups, at most LABEL_SLACK) gives
+        a valid bound; the largest is taken (docs/method.md §6)."""
         t = self.grid.losses
-        k = LABEL_SLACK
-        w = math.exp(k)
         curves = {}
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            if "ab" in self.directions:
-                gA, gC = self.row("A"), self.row("C")
-                th = np.minimum(t + k, t + _log(gA) - _log(gC))
-                curves["ab"] = ThresholdSum.build(
-                    np.nan_to_num(th, nan=-np.inf), gA, gC, t,
-                    _lower_const(self.a_inf - (self.row_error("A") + w * self.row_error("C"))),
-                    False, self.row_relative("A") + _W * self.row_relative("C"))
-            if "ba" in self.directions:
-                gB, gD = self.row("B"), self.row("D")
-                th = np.minimum(-t + k, -t + _log(gB) - _log(gD))
-                curves["ba"] = ThresholdSum.build(
-                    np.nan_to_num(th, nan=-np.inf), gB, gD, -t,
-                    _lower_const(self.b_minf - (self.row_error("B") + w * self.row_error("D"))),
-                    False, self.row_relative("B") + _W * self.row_relative("D"))
+            for direction, (p_kind, q_kind), sign, const in (
+                    ("ab", ("A", "C"), 1.0, self.a_inf), ("ba", ("B", "D"), -1.0, self.b_minf)):
+                if direction not in self.directions:
+                    continue
+                p, q = self.row(p_kind), self.row(q_kind)
+                lq = float(self.log_scale[self.kinds.index(q_kind)])
+                logq = _log(q)
+                gap = _log(p) - logq - lq                  # log(ratio) - label, per group
+                p_err = self.row_error(p_kind)
+                q_err = float(self.error[self.kinds.index(q_kind)])
+                big = float(np.max(np.abs(logq[q > 0]), initial=0.0)) + abs(lq) + 2.0
+                parts = []
+                for k in _label_caps(gap, p, p_err, sign * t):
+                    curve, q_cost = self._lower_sum(
+                        sign * t, p, logq, lq, gap, k, const, p_err, q_err, big,
+                        self.row_relative(p_kind), self.row_relative(q_kind))
+                    parts.append(curve)
+                    if q_cost <= max(p_err, 1e-20):
+                        break      # smaller caps only cut the C error's cost: no gain
+                curves[direction] = parts[0] if len(parts) == 1 else MaxOfSums(tuple(parts))
         return curves
+
+    @staticmethod
+    def _lower_sum(labels, p, logq, lq, gap, k, const, p_err, q_err, big, rel_p, rel_q):
+        """Theorem 2's sum for one label cap k (see ``lower_curves``), and what the second
+        row's absolute error costs in it."""
+        th = np.minimum(labels + k, labels + gap)
+        # B-weights r e^{-u} with u = label + k: r = q_true e^k, formed in logs (its
+        # rounding is relative, at most 8u times the exponents' size); a group whose r
+        # would overflow is dropped (only lowers the bound), one that underflows is
+        # covered by the absolute allowance below
+        r = np.exp(logq + (lq + k))
+        p = np.where(np.isfinite(r) & (r < 1e300), p, 0.0)
+        r = np.where(p > 0, r, 0.0)
+        rel_r = 8.0 * _U * (big + abs(k))
+        q_cost = 0.0                       # the second row's error, weighed by e^k
+        if q_err > 0:
+            arg = math.log(q_err) + lq + k
+            rel_c = 8.0 * _U * (abs(math.log(q_err)) + abs(lq) + abs(k) + 2.0)
+            q_cost = math.exp(arg) * (1.0 + rel_c) if arg < 709.0 else math.inf
+        allowance = p_err + q_cost * (1.0 + 1e-9) + 1e-300 * len(labels)
+        return ThresholdSum.build(np.nan_to_num(th, nan=-np.inf), p, r, labels + k,
+                                  _lower_const(const - allowance), False,
+                                  rel_p + _W * ((1.0 + rel_q) * (1.0 + rel_r) - 1.0)), q_cost
 
     @property
     def kinds(self) -> Tuple[str, ...]:
@@ -681,11 +726,12 @@ class GroupedBuckets(BucketRepresentation):
                               float(b_minf) if keep_b else 0.0, tuple(directions), rel)
 
     def _with(self, grid, rows, error, compositions=None, infinities=None,
-              relative=None) -> "GroupedBuckets":
+              relative=None, log_scale=None) -> "GroupedBuckets":
         a_inf, b_minf = infinities if infinities is not None else (self.a_inf, self.b_minf)
         return GroupedBuckets(grid, rows, error, self.compositions if compositions is None
                               else compositions, a_inf, b_minf, self.directions,
-                              self.relative if relative is None else relative)
+                              self.relative if relative is None else relative,
+                              self.log_scale if log_scale is None else log_scale)
 
     def _product_infinities(self, other: "GroupedBuckets"):
         """Events with a +inf (-inf) component: A-mass a1 + a2 - a1 a2 (B likewise)."""
@@ -697,6 +743,7 @@ class GroupedBuckets(BucketRepresentation):
         return self.rows[kinds.index(kind)] if kind in kinds else None
 
     def row_error(self, kind: str) -> float:
+        """Absolute error bound of a row in stored units (A and B: true units)."""
         return float(self.error[self.kinds.index(kind)])
 
     def row_relative(self, kind: str) -> float:
@@ -728,16 +775,21 @@ class GroupedBuckets(BucketRepresentation):
                          other.relative, other.rows.sum(axis=1) + ay, fft_err,
                          np.zeros((len(self.rows), 1)), ax + ay)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
+        # the scales add; their sum's rounding is a relative error of the whole row
+        log_scale = self.log_scale + other.log_scale
+        rel = _compose_relative(self.relative, other.relative) * (1.0 + 4 * _U) \
+            + _scale_rounding(log_scale, self.log_scale, other.log_scale)
+        z, err, log_scale, rel = _normalised(z, err, log_scale, rel)
         return self._with(grid, z, err, self.compositions + other.compositions,
-                          self._product_infinities(other),
-                          _compose_relative(self.relative, other.relative))
+                          self._product_infinities(other), rel, log_scale)
 
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "GroupedBuckets":
         """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
         label (weighted by the first mass row) sits at the mean loss of the first
         direction (``mean_loss``: under A, under B; None keeps the labels); groups
         outside the grid's labels are dropped.  Re-labelling by s multiplies C by f^s
-        and D by f^-s (their error bounds too): B_g = C_g f^-label is unchanged."""
+        and D by f^-s (B_g = C_g f^-label is unchanged): only their log-scales move, so
+        the stored rows and error bounds stay as they are at any s."""
         if grid.log_factor != self.grid.log_factor:
             raise ValueError(f"restricted needs a grid of the same factor, got {grid!r}")
         d = self.grid.log_factor
@@ -749,30 +801,21 @@ class GroupedBuckets(BucketRepresentation):
             mass = weights.sum()
             mean = _dot(weights, labels) / mass if mass > 0 else 0.0
             s = int(round(centre / d - mean))
-            if not abs(s * d) <= _MAX_RELABEL:
-                # f^s would leave floating-point range: keeping the labels is valid too
-                # (groups outside the window are dropped, which only lowers the bound)
-                s = 0
         start = grid.offset - grid.number_of_buckets - s - self.grid.offset \
             + self.grid.number_of_buckets                 # old position of the first new label
         lo, hi = max(start, 0), min(start + grid.size, self.grid.size)
         rows = np.zeros((len(self.rows), grid.size))
         if hi > lo:
             rows[:, lo - start: hi - start] = self.rows[:, lo:hi]
-        err = self.error.copy()
-        rel = self.relative.copy()
-        if s:
-            scale = math.exp(s * d)
-            for i, kind in enumerate(self.kinds):
-                if kind == "C":
-                    rows[i] *= scale
-                    err[i] *= max(scale, 1.0) * (1.0 + 4 * _U)
-                    rel[i] = _rounded_relative(rel[i], 3)      # exp and one product
-                elif kind == "D":
-                    rows[i] /= scale
-                    err[i] *= max(1.0 / scale, 1.0) * (1.0 + 4 * _U)
-                    rel[i] = _rounded_relative(rel[i], 3)
-        return self._with(grid, rows, err, relative=rel)
+        if not s:
+            return self._with(grid, rows, self.error)
+        # the rows and their error bounds stay as they are: only the scales move
+        # (C = B f^label by f^s, D by f^-s), and their rounding is relative
+        shift = np.array([s * d if k == "C" else -s * d if k == "D" else 0.0
+                          for k in self.kinds])
+        log_scale = self.log_scale + shift
+        rel = self.relative * (1.0 + 4 * _U) + _scale_rounding(log_scale, self.log_scale, shift)
+        return self._with(grid, rows, self.error, relative=rel, log_scale=log_scale)
 
     def squared(self) -> "GroupedBuckets":
         f = self.grid.factor
@@ -785,8 +828,70 @@ class GroupedBuckets(BucketRepresentation):
                           relative=_rounded_relative(self.relative))
 
 
-#: largest |loss| a re-labelling may move groups by (f^s stays a finite double)
-_MAX_RELABEL = 700.0
+#: the label caps tried: the largest gap among groups whose labels carry at most this
+#: much of the first row's mass above them (1: all groups)
+_CAP_TAILS = (1.0, 1e-3, 1e-7, 1e-11)
+
+
+def _label_caps(gap: np.ndarray, p: np.ndarray, error: float, labels: np.ndarray):
+    """Distinct label caps k for ``GroupedBuckets.lower_curves``: per tail fraction in
+    _CAP_TAILS, the largest gap log(ratio) - label of a group in that upper tail whose
+    mass exceeds the row's absolute error, at most LABEL_SLACK.  The groups that decide
+    a small delta at large epsilon sit in the upper tail, where the gaps are the most
+    negative; every k gives a valid bound and the largest is taken."""
+    live = (p > error) & np.isfinite(gap)
+    if not np.any(live):
+        return (LABEL_SLACK,)
+    order = np.argsort(labels, kind="stable")
+    above = np.cumsum(p[order][::-1])[::-1]               # mass at labels >= this one
+    total = above[0]
+    caps = []
+    for tail in _CAP_TAILS:
+        sel = order[(above <= tail * total) | (tail >= 1.0)]
+        sel = sel[live[sel]]
+        if len(sel):
+            k = float(min(LABEL_SLACK, float(np.max(gap[sel]))))
+            if k not in caps:
+                caps.append(k)
+    return tuple(caps) or (LABEL_SLACK,)
+
+
+def _scale_rounding(total: np.ndarray, *parts: np.ndarray) -> np.ndarray:
+    """Relative error from rounding a sum of log-scales: the stored ``total`` differs
+    from the exact sum by at most u |total| + u sum |parts| (each part itself exact or
+    one rounded product), so e^{total} is within 4u (|total| + sum |parts|) of itself."""
+    size = np.abs(total) + sum(np.abs(p) for p in parts)
+    return np.where(size > 0, 4.0 * _U * size, 0.0) * (1.0 + 1e-9)
+
+
+#: stored rows are rescaled by a power of two once their largest entry leaves
+#: [2^-_NORMAL_EXP, 2^_NORMAL_EXP] (keeps the convolution's scale factors finite)
+_NORMAL_EXP = 256
+
+
+def _normalised(rows, err, log_scale, rel):
+    """Rows whose largest entry left [2^-256, 2^256] multiplied by 2^-m (exact but for
+    underflow, below 2^-1074 per entry, added to the error) with m log 2 added to their
+    scale (its rounding is relative)."""
+    peak = rows.max(axis=1) if rows.shape[1] else np.zeros(len(rows))
+    copied = False
+    for i, top in enumerate(peak):
+        if not (top > 0 and math.isfinite(top)):
+            continue
+        m = math.frexp(top)[1]
+        if abs(m) <= _NORMAL_EXP:
+            continue
+        if not copied:
+            rows, err, log_scale, rel = rows.copy(), err.copy(), log_scale.copy(), rel.copy()
+            copied = True
+        rows[i] = np.ldexp(rows[i], -m)
+        err[i] = math.ldexp(err[i], -m) + 5e-324 * rows.shape[1]
+        old = log_scale[i]
+        log_scale[i] = old + m * math.log(2.0)
+        rel[i] = rel[i] * (1.0 + 4 * _U) + float(
+            _scale_rounding(np.array([log_scale[i]]), np.array([old]),
+                            np.array([m * math.log(2.0)]))[0])
+    return rows, err, log_scale, rel
 
 #: rows kept per direction of the grouped lower bound
 _ROW_KINDS = {"ab": ("A", "C"), "ba": ("B", "D")}

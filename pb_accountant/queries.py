@@ -143,6 +143,32 @@ class ThresholdSum:
         return hi
 
 
+@dataclass(frozen=True, eq=False)
+class MaxOfSums:
+    """The largest of several lower-side ``ThresholdSum`` curves of one direction (each a
+    valid lower bound, so their maximum is one): the grouped buckets' bounds for several
+    label caps (docs/method.md §6).  Offers what the queries read from a curve."""
+
+    parts: tuple
+    upper: bool = False
+
+    @property
+    def const(self) -> float:
+        return max(c.const for c in self.parts)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """Thresholds of the part reaching furthest (its last is the largest of all)."""
+        return max(self.parts, key=lambda c: c.theta[-1] if len(c.theta) else -math.inf).theta
+
+    def __call__(self, eps) -> np.ndarray:
+        return np.maximum.reduce([np.asarray(c(eps)) for c in self.parts])
+
+    def crossing(self, delta: float) -> float:
+        """Smallest eps >= 0 with every part <= delta (each is non-increasing)."""
+        return max(c.crossing(delta) for c in self.parts)
+
+
 class PaperUpper:
     """Definition 9 for one direction, vectorised over eps with cumulative sums.
 
