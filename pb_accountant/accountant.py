@@ -334,17 +334,14 @@ class PrivacyBucketsAccountant:
         tag = {"sampler": a.sampler, "neighbouring": a.neighbouring}
         try:
             if sp.lower is None:
-                pairs = list(sp.upper)
-                if lower and sp.symmetric:
-                    # self-mirrored pairs: the B||A groups repeat the A||B ones
-                    engine = PrivacyBuckets(self._composer.compose(
-                        pairs, delta, ("split", "grouped-ab")), delta)
-                    result = engine.epsilon_bounds(delta)
-                elif lower:
-                    result = adaptive_epsilon_bounds(self._composer, pairs, delta)
-                else:
-                    engine = PrivacyBuckets(self._composer.compose(pairs, delta, ("split",)), delta)
-                    result = engine.epsilon_bounds(delta)
+                # both bounds even for the upper one alone: the grid is refined where
+                # their bracket is wide (engine.adaptive_epsilon_bounds), and
+                # get_epsilon must equal get_epsilon_bounds().upper; self-mirrored
+                # pairs' B||A groups repeat the A||B ones
+                result = adaptive_epsilon_bounds(self._composer, list(sp.upper), delta,
+                                                 symmetric=sp.symmetric)
+                if not lower:
+                    result = dataclasses.replace(result, lower=0.0)
             else:
                 engine = PrivacyBuckets(self._composer.compose(list(sp.upper), delta, ("split",)),
                                         delta)

@@ -12,6 +12,7 @@ operands are squared and the composition is redone on the coarser grid.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import OrderedDict
@@ -648,6 +649,7 @@ class Composer:
         self._coarsened_joint: dict = {}
         self._ids: dict = {}
         self._leaf_grids: dict = {}
+        self._refined: dict = {}
         self._bytes = 0
         self._cache_size = cache_size
 
@@ -656,6 +658,26 @@ class Composer:
 
     def __setstate__(self, state):
         self.__init__(state["options"], state["cache_size"])
+
+    def refined(self, level: int) -> "Optional[Composer]":
+        """A Composer whose leaf and final resolutions are 2^-level of this one's (its own
+        caches, made once), or None where the grid is fixed by the options
+        (``number_of_buckets`` or ``factor``): the refinement an answer that needs more
+        accuracy asks for (``engine.adaptive_epsilon_bounds``)."""
+        o = self.options
+        if level <= 0:
+            return self
+        if o.number_of_buckets is not None or o.factor is not None:
+            return None
+        with self._lock:
+            finer = self._refined.get(level)
+            if finer is None:
+                scale = 0.5 ** level
+                finer = self._refined[level] = Composer(
+                    dataclasses.replace(o, resolution=o.resolution * scale,
+                                        leaf_resolution=o.leaf_resolution * scale),
+                    self._cache_size)
+            return finer
 
     # -- configuration ---------------------------------------------------------------
     def _config(self, delta: Optional[float], total_steps: int):

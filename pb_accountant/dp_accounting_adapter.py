@@ -288,10 +288,10 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                     0.0, float(low), math.inf, "best", None,
                     ("delta = 0: no finite epsilon can be certified (the certified "
                      "round-off floor of delta is positive)",)))
-            if lower:
-                return self._tagged(adaptive_epsilon_bounds(composer, pairs, delta))
-            engine = PrivacyBuckets(composer.compose(pairs, delta, ("split",)), delta)
-            return self._tagged(engine.epsilon_bounds(delta))
+            # both bounds even for the upper one alone: the grid is refined where their
+            # bracket is wide, and get_epsilon must equal get_epsilon_bounds().upper
+            result = adaptive_epsilon_bounds(composer, pairs, delta)
+            return self._tagged(result if lower else dataclasses.replace(result, lower=0.0))
         except ENGINE_LIMITS as exc:
             reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
                       "the upper bound inf is valid but uninformative")

@@ -12,6 +12,7 @@ neighbouring directions are always included.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -222,17 +223,66 @@ def compose(sequence, *, delta: Optional[float] = None,
     return PrivacyBuckets(composer.compose(history, delta, methods), delta)
 
 
-def adaptive_epsilon_bounds(composer: Composer, history, delta: float) -> EpsilonBounds:
-    """Both bounds at ``delta``, paying for the B||A lower bound only when it can matter.
+#: relative width (up - low) / up an epsilon query aims for: a wider bracket on the
+#: first grid is computed again on a grid refined until its predicted width (which
+#: shrinks about 4-fold per halving of both resolutions) meets it
+TARGET_WIDTH = 4e-4
+#: most halvings of the leaf and final resolutions a query may ask for
+MAX_REFINEMENT = 2
+
+
+def refinement_level(bounds: EpsilonBounds) -> int:
+    """Halvings of the resolutions that bring ``bounds`` to TARGET_WIDTH (0: none;
+    never for an infinite or zero upper bound, which a finer grid does not fix)."""
+    up, low = bounds.upper, bounds.lower
+    if not (math.isfinite(up) and up > 0.0):
+        return 0
+    width = (up - low) / up
+    if width <= TARGET_WIDTH:
+        return 0
+    return int(min(MAX_REFINEMENT, max(1, math.ceil(math.log(width / TARGET_WIDTH, 4.0)))))
+
+
+def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
+                            symmetric: bool = False) -> EpsilonBounds:
+    """Both bounds at ``delta``, on a grid as fine as the answer needs.
+
+    The bounds are computed on ``composer``'s grids; if their relative width exceeds
+    TARGET_WIDTH they are computed again with the leaf and final resolutions halved
+    (``refinement_level`` times, ``Composer.refined``) and the best of both kept (each
+    is certified).  The decision depends on the history and delta alone, so every
+    query of the same history gets the same answer.  ``symmetric``: the pairs are their
+    own mirrors (the B||A groups repeat the A||B ones).
+    """
+    delta = check_delta(delta)
+    history = canonical_history(history)
+    bounds = _two_sided_bounds(composer, history, delta, symmetric)
+    level = refinement_level(bounds)
+    finer = composer.refined(level) if level else None
+    if finer is None:
+        return bounds
+    better = _two_sided_bounds(finer, history, delta, symmetric)
+    up = min(bounds.upper, better.upper)
+    low = min(max(bounds.lower, better.lower), up)
+    notes = tuple(n for n in better.notes if not n.startswith("the certified lower bound is 0"))
+    if low == 0.0 and up > 1.0:
+        notes = better.notes
+    return dataclasses.replace(better, lower=float(low), upper=float(up), notes=notes)
+
+
+def _two_sided_bounds(composer: Composer, history, delta: float,
+                      symmetric: bool) -> EpsilonBounds:
+    """Both bounds at ``delta`` on ``composer``'s grids, paying for the B||A lower bound
+    only when it can matter.
 
     The lower bound starts from the A||B groups alone.  If the split pair's certified
     B||A upper bound is already <= delta at the epsilon found, no B||A group can raise
     it (their lower bound lies below that upper bound for every larger epsilon), so the
     answer equals the two-direction one; otherwise the B||A groups are composed too.
     """
-    delta = check_delta(delta)
-    history = canonical_history(history)
     first = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ab")), delta)
+    if symmetric:
+        return first.epsilon_bounds(delta)
     bounds = first.epsilon_bounds(delta)
     if first.buckets is None or math.isinf(bounds.lower):
         return bounds
