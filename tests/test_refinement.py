@@ -1,0 +1,85 @@
+"""Grids refined to the accuracy an epsilon query needs (engine.adaptive_epsilon_bounds):
+a wide bracket on the first grid is computed again with the leaf and final resolutions
+halved, the best of both kept, and every query of a history gets the same answer."""
+
+import math
+
+import pytest
+
+from pb_accountant import PrivacyBucketsAccountant, SubsampledGaussian
+from pb_accountant.composition import BucketOptions, Composer
+from pb_accountant.engine import (MAX_REFINEMENT, TARGET_WIDTH, adaptive_epsilon_bounds,
+                                  refinement_level)
+from pb_accountant.results import EpsilonBounds
+
+# a small sampling rate with a small noise multiplier: the first grid's bracket is about
+# ten times the target (the leaf's rounding accumulates over the steps)
+HISTORY = [(0.686467, 0.00011818, 100_000)]
+DELTA = 1.8e-5
+
+
+def _width(b):
+    return (b.upper - b.lower) / b.upper
+
+
+def test_levels_follow_the_width():
+    def bounds(low, up):
+        return EpsilonBounds(1e-5, low, up, "best")
+    assert refinement_level(bounds(1.0, 1.0 + TARGET_WIDTH / 2)) == 0
+    assert refinement_level(bounds(1.0, 1.0 / (1 - 2 * TARGET_WIDTH))) == 1
+    assert refinement_level(bounds(1.0, 1.0 / (1 - 10 * TARGET_WIDTH))) == 2
+    assert refinement_level(bounds(0.0, 5.0)) == MAX_REFINEMENT
+    # a finer grid does not fix an infinite or zero upper bound
+    assert refinement_level(bounds(1.0, math.inf)) == 0
+    assert refinement_level(bounds(0.0, 0.0)) == 0
+
+
+def test_refined_composers_halve_both_resolutions_and_are_made_once():
+    c = Composer()
+    finer = c.refined(2)
+    assert finer is c.refined(2) and c.refined(0) is c
+    assert finer.options.leaf_resolution == c.options.leaf_resolution / 4
+    assert finer.options.resolution == c.options.resolution / 4
+    # a grid fixed by the options is not refined
+    assert Composer(BucketOptions(number_of_buckets=1000)).refined(1) is None
+    assert Composer(BucketOptions(factor=1.001)).refined(1) is None
+
+
+def test_a_wide_bracket_is_refined_and_both_grids_bound_it():
+    pairs = [(SubsampledGaussian(s, q), n) for s, q, n in HISTORY]
+    c = Composer()
+    from pb_accountant.engine import _two_sided_bounds
+    first = _two_sided_bounds(c, pairs, DELTA, False)
+    assert _width(first) > 4 * TARGET_WIDTH            # the case needs refining
+    best = adaptive_epsilon_bounds(c, pairs, DELTA)
+    assert first.lower <= best.lower <= best.upper <= first.upper
+    assert _width(best) <= 1.5 * TARGET_WIDTH
+    assert best.grid.factor < first.grid.factor
+
+
+def test_every_query_of_a_refined_history_agrees_bitwise():
+    acc = PrivacyBucketsAccountant()
+    acc.history = list(HISTORY)
+    bounds = acc.get_epsilon_bounds(DELTA)
+    assert acc.get_epsilon(DELTA) == bounds.upper
+    again = PrivacyBucketsAccountant()
+    again.load_state_dict(acc.state_dict())
+    assert again.get_epsilon(DELTA) == bounds.upper
+    assert tuple(again.get_epsilon_bounds(DELTA))[:2] == tuple(bounds)[:2]
+    # the upper-bound-only paths report the trivial lower bound, the same upper
+    after = acc.epsilon_after(DELTA, noise_multiplier=0.686467, sample_rate=0.00011818,
+                              num_steps=0)
+    assert after.lower == 0.0 and after.upper == bounds.upper
+
+
+def test_refined_bounds_bracket_dp_accountings_pld():
+    pld_module = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    s, q, n = HISTORY[0]
+    acc = PrivacyBucketsAccountant()
+    acc.history = list(HISTORY)
+    b = acc.get_epsilon_bounds(DELTA)
+    pld = pld_module.from_gaussian_mechanism(
+        s, sampling_prob=q, value_discretization_interval=1e-4,
+        use_connect_dots=True).self_compose(n)
+    # PLD's pessimistic estimate is an upper bound (up to its own discretisation)
+    assert b.lower <= pld.get_epsilon_for_delta(DELTA) * (1 + 1e-4)
