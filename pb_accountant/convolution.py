@@ -36,10 +36,10 @@ _SAFETY = 4.0
 #: entrywise relative round-off of the recombined product: z_k carries at most this
 #: times (x * y)_k plus the absolute bound ``convolve_rows`` returns.  The parts of a
 #: row satisfy |p_j| <= 2x entrywise, so an exact level l has |L_l| <= 4(l+1) x*y; the
-#: levels are added finest first, so the partial sums before the last four additions
-#: are at most (25, 13, 5, 1) x*y plus the rest: 44u, rounded up
+#: (at most _MAX_PARTS - 1 = 5) levels are added finest first, so the partial sums are
+#: at most (41, 25, 13, 5, 1) x*y plus the rest: 85u, rounded up
 #: (docs/floating-point.md)
-CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
+CONVOLUTION_RELATIVE_ERROR = 88.0 * UNIT_ROUNDOFF
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
 
@@ -112,9 +112,11 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
 
     Returns (z, l1_error): z has shape (rows, 2m-1); the round-off of row k is at most
     CONVOLUTION_RELATIVE_ERROR times the exact product entrywise plus an absolute part
-    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows go through one batched, multi-threaded transform.
-    Each row is split exactly into hi + lo (or hi + mid + lo when the two-way bound
-    would exceed ``tolerance``); the products of the leading parts are recovered
+    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows
+    go through one batched, multi-threaded transform.  Each row is split exactly into
+    hi + lo, or into up to ``_MAX_PARTS`` parts when the two-way bound would exceed
+    ``tolerance`` (``_split_plan`` checks before the transform that every level of the
+    split is recovered exactly); the products of the leading parts are recovered
     exactly by rounding to their grids, only the rest carries round-off.
     """
     rows, m = x.shape
@@ -152,36 +154,22 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         k = 3
         while k < _MAX_PARTS and np.any(two_way * scale * step ** (k - 2) > tolerance):
             k += 1
-        px = _parts(hx, rx, s0v, step, k)
-        py = px if same else _parts(hy, ry, s0v, step, k)
+        plan = _split_plan(hx, rx, hy, ry, s0v, b, k, n_fft, same, scale, tolerance)
+        px, py, k, grids, bounds, rest = plan
         spectra = _rfft(_stacked(px if same else px + py), n_fft)
         fx = spectra[:k]
         fy = fx if same else spectra[k:]
-        nx = [_row_norms(p) for p in px]
-        ny = nx if same else [_row_norms(p) for p in py]
         levels = k - 1                      # exact levels 0 .. k-2, then the rest
         products = np.zeros((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
-        bounds = [np.zeros(rows) for _ in range(levels)]
-        rest = np.zeros(rows)
         for i in range(k):
             for j in range(k):
                 if same and j < i:
                     continue
-                weight = 1.0 if (not same or i == j) else 2.0
                 pair = fx[i] * fy[j]
-                bound = _pair_bound(n_fft, nx[i], ny[j]) * weight
+                if same and i != j:
+                    pair *= 2.0
                 l = i + j
-                target = l if (l < levels and i < k - 1 and j < k - 1) else levels
-                if weight != 1.0:
-                    pair *= weight
-                products[target] += pair
-                if target < levels:
-                    bounds[target] += bound
-                else:
-                    rest += bound
-        bounds = [bd * 1.5 for bd in bounds]
-        rest = rest * 2.0
-        grids = [s0v * s0v * step ** l for l in range(levels)]
+                products[l if (l < levels and i < k - 1 and j < k - 1) else levels] += pair
     else:
         spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry]), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
@@ -226,7 +214,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
 
 #: most parts a row is split into (hi, mids, rest): each further part recovers about
 #: b more bits of every product exactly, at one more forward and inverse transform
-_MAX_PARTS = 5
+_MAX_PARTS = 6
 
 
 def _parts(hi, rest, s0, step, k):
@@ -239,6 +227,72 @@ def _parts(hi, rest, s0, step, k):
         parts.append(part)
     parts.append(rest)
     return parts
+
+
+def _level_bounds(n_fft, nx, ny, k, same):
+    """Certified l2 bounds of the FFT error of each exact level 0..k-2 (times 1.5 for
+    the sum of its products) and of the rest (times 2), from the parts' norms."""
+    levels = k - 1
+    bounds = [np.zeros_like(nx[0][0]) for _ in range(levels)]
+    rest = np.zeros_like(nx[0][0])
+    for i in range(k):
+        for j in range(k):
+            if same and j < i:
+                continue
+            weight = 1.0 if (not same or i == j) else 2.0
+            bound = _pair_bound(n_fft, nx[i], ny[j]) * weight
+            l = i + j
+            if l < levels and i < k - 1 and j < k - 1:
+                bounds[l] = bounds[l] + bound
+            else:
+                rest = rest + bound
+    return [bd * 1.5 for bd in bounds], rest * 2.0
+
+
+#: most (b, k) choices ``_split_plan`` tries per convolution (each costs k roundings of
+#: the rows and their norms, no transform)
+_PLAN_TRIES = 12
+
+
+def _split_plan(hx, rx, hy, ry, s0, b, k, n_fft, same, scale, tolerance):
+    """Parts and certified level bounds for a split into k parts of b bits (per row).
+
+    The first guess for b comes from the two-way split's norms, but a deep level
+    p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
+    lands in part j or later), so its bound may exceed a quarter of its grid and the
+    level would be charged in full.  Each level's bound is checked here, before any
+    transform: rows with a level that would not be recovered exactly take one bit less,
+    and when every level is exact but the rest's bound is above ``tolerance``, one more
+    part is taken (up to ``_MAX_PARTS``).  Of the plans tried, the first that meets both
+    is used, else the one with the smallest certified error.
+    """
+    b = np.array(b, dtype=float)
+    best = None
+    for _ in range(_PLAN_TRIES):
+        step = np.ldexp(1.0, -b.astype(int))
+        px = _parts(hx, rx, s0, step, k)
+        py = px if same else _parts(hy, ry, s0, step, k)
+        nx = [_row_norms(p) for p in px]
+        ny = nx if same else [_row_norms(p) for p in py]
+        bounds, rest = _level_bounds(n_fft, nx, ny, k, same)
+        grids = [s0 * s0 * step ** l for l in range(k - 1)]
+        inexact = np.zeros(len(b), dtype=bool)
+        total = np.asarray(rest, dtype=float).copy()
+        for bd, g in zip(bounds, grids):
+            miss = ~(bd < 0.25 * g)
+            inexact |= miss
+            total += np.where(miss, bd, 0.0)
+        err = math.sqrt(n_fft) * total * scale
+        score = float(np.max(err))
+        if best is None or score < best[0]:
+            best = (score, (px, py, k, grids, bounds, rest))
+        if np.any(inexact & (b > 1)):
+            b = np.where(inexact, np.maximum(b - 1, 1), b)
+        elif np.any(err > tolerance) and k < _MAX_PARTS:
+            k += 1
+        else:
+            break
+    return best[1]
 
 
 def _stacked(parts):
