@@ -36,10 +36,10 @@ _SAFETY = 4.0
 #: entrywise relative round-off of the recombined product: z_k carries at most this
 #: times (x * y)_k plus the absolute bound ``convolve_rows`` returns.  The parts of a
 #: row satisfy |p_j| <= 2x entrywise, so an exact level l has |L_l| <= 4(l+1) x*y; the
-#: (at most _MAX_PARTS - 1 = 5) levels are added finest first, so the partial sums are
-#: at most (41, 25, 13, 5, 1) x*y plus the rest: 85u, rounded up
+#: (at most _MAX_PARTS - 1 = 7) levels are added finest first, so the partial sums are
+#: at most 1 + 2j(j+1) = (85, 61, 41, 25, 13, 5, 1) x*y plus the rest: 231u, rounded up
 #: (docs/floating-point.md)
-CONVOLUTION_RELATIVE_ERROR = 88.0 * UNIT_ROUNDOFF
+CONVOLUTION_RELATIVE_ERROR = 232.0 * UNIT_ROUNDOFF
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
 
@@ -214,7 +214,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
 
 #: most parts a row is split into (hi, mids, rest): each further part recovers about
 #: b more bits of every product exactly, at one more forward and inverse transform
-_MAX_PARTS = 6
+_MAX_PARTS = 8
 
 
 def _parts(hi, rest, s0, step, k):
@@ -251,7 +251,7 @@ def _level_bounds(n_fft, nx, ny, k, same):
 
 #: most (b, k) choices ``_split_plan`` tries per convolution (each costs k roundings of
 #: the rows and their norms, no transform)
-_PLAN_TRIES = 12
+_PLAN_TRIES = 16
 
 
 def _split_plan(hx, rx, hy, ry, s0, b, k, n_fft, same, scale, tolerance):
