@@ -36,10 +36,13 @@ _SAFETY = 4.0
 #: entrywise relative round-off of the recombined product: z_k carries at most this
 #: times (x * y)_k plus the absolute bound ``convolve_rows`` returns.  The parts of a
 #: row satisfy |p_j| <= 2x entrywise, so an exact level l has |L_l| <= 4(l+1) x*y; the
-#: (at most _MAX_PARTS - 1 = 7) levels are added finest first, so the partial sums are
-#: at most 1 + 2j(j+1) = (85, 61, 41, 25, 13, 5, 1) x*y plus the rest: 231u, rounded up
+#: levels are added finest first, so the partial sums before the last four additions
+#: are at most (25, 13, 5, 1) x*y plus the rest: 44u, rounded up.  Additions of finer
+#: levels (l >= 4, when a row is split into more than 5 parts) are charged as absolute
 #: (docs/floating-point.md)
-CONVOLUTION_RELATIVE_ERROR = 232.0 * UNIT_ROUNDOFF
+CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
+#: levels whose additions are covered by CONVOLUTION_RELATIVE_ERROR (levels 0..3)
+_RELATIVE_LEVELS = 4
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
 
@@ -191,6 +194,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     results = _irfft(products, n_fft)
     z = results[-1, :, : 2 * m - 1].copy()
     l2_err = np.asarray(rest, dtype=float).copy()
+    fine_l1 = np.zeros(rows)
     # finest level first: every partial sum is then x*y minus the coarser levels
     for j, (grid, bound) in reversed(list(enumerate(zip(grids, bounds)))):
         part = results[j, :, : 2 * m - 1]
@@ -198,14 +202,20 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         g = grid[:, None]
         z += np.where(exact[:, None], np.round(part / g) * g, part)      # exact rows
         l2_err += np.where(exact, 0.0, bound)
+        if j >= _RELATIVE_LEVELS:
+            # a level beyond the last four: its addition's rounding, at most u times the
+            # partial sum, is charged as absolute (the fine parts hold little mass), so
+            # the relative allowance stays that of the last four additions
+            fine_l1 += np.abs(z).sum(axis=1)
     # the rest carries the FFT's absolute round-off; adding the exact parts to it
     # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
     # magnitude per addition, which is absolute
     rest_l1 = np.abs(results[-1, :, : 2 * m - 1]).sum(axis=1)
     z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
     fft_l1 = math.sqrt(n_fft) * l2_err
-    l1_err = ((fft_l1 + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1)) * (1 + 1e-9)
-              + _TINY * z.shape[1])
+    fine = fine_l1 * (UNIT_ROUNDOFF * (1.0 + 1e-6))
+    l1_err = ((fft_l1 + fine + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1 + fine))
+              * (1 + 1e-9) + _TINY * z.shape[1])
     z *= scale[:, None]
     z[~live] = 0.0
     errors = np.where(live, l1_err * scale, 0.0)

@@ -167,7 +167,7 @@ def exact_excess(z, x, y):
     exact = [int(c) for c in prod.coeffs()]
     exact += [0] * (len(z) - len(exact))
     got = _as_int(z, 2 * _SCALE)
-    r = int(CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60)      # 232 u 2^60: an integer
+    r = int(CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60)      # 48 u 2^60: an integer
     assert r == CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60
     total = 0
     for a, c in zip(got, exact):
