@@ -159,7 +159,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
             k += 1
         plan = _split_plan(hx, rx, hy, ry, s0v, b, k, n_fft, same, scale, tolerance)
         px, py, k, grids, bounds, rest = plan
-        spectra = _rfft(_stacked(px if same else px + py), n_fft)
+        spectra = _rfft(_stacked(px if same else px + py, n_fft), n_fft)
         fx = spectra[:k]
         fy = fx if same else spectra[k:]
         levels = k - 1                      # exact levels 0 .. k-2, then the rest
@@ -174,7 +174,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
                 l = i + j
                 products[l if (l < levels and i < k - 1 and j < k - 1) else levels] += pair
     else:
-        spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry]), n_fft)
+        spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry], n_fft), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -305,10 +305,13 @@ def _split_plan(hx, rx, hy, ry, s0, b, k, n_fft, same, scale, tolerance):
     return best[1]
 
 
-def _stacked(parts):
-    out = np.empty((len(parts),) + parts[0].shape)
+def _stacked(parts, n):
+    """The parts zero-padded to the transform length n in one array (the transform then
+    needs no padded copy of its own)."""
+    rows, m = parts[0].shape
+    out = np.zeros((len(parts), rows, n))
     for i, p in enumerate(parts):
-        out[i] = p
+        out[i, :, :m] = p
     return out
 
 
