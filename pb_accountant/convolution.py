@@ -37,9 +37,12 @@ _SAFETY = 4.0
 #: times (x * y)_k plus the absolute bound ``convolve_rows`` returns.  The parts of a
 #: row satisfy |p_j| <= 2x entrywise, so an exact level l has |L_l| <= 4(l+1) x*y; the
 #: levels are added finest first, so the partial sums before the last four additions
-#: are at most (25, 13, 5, 1) x*y plus the rest: 44u, rounded up
+#: are at most (25, 13, 5, 1) x*y plus the rest: 44u, rounded up.  Additions of finer
+#: levels (l >= 4, when a row is split into more than 5 parts) are charged as absolute
 #: (docs/floating-point.md)
 CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
+#: levels whose additions are covered by CONVOLUTION_RELATIVE_ERROR (levels 0..3)
+_RELATIVE_LEVELS = 4
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
 
@@ -112,9 +115,11 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
 
     Returns (z, l1_error): z has shape (rows, 2m-1); the round-off of row k is at most
     CONVOLUTION_RELATIVE_ERROR times the exact product entrywise plus an absolute part
-    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows go through one batched, multi-threaded transform.
-    Each row is split exactly into hi + lo (or hi + mid + lo when the two-way bound
-    would exceed ``tolerance``); the products of the leading parts are recovered
+    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows
+    go through one batched, multi-threaded transform.  Each row is split exactly into
+    hi + lo, or into up to ``_MAX_PARTS`` parts when the two-way bound would exceed
+    ``tolerance`` (``_split_plan`` checks before the transform that every level of the
+    split is recovered exactly); the products of the leading parts are recovered
     exactly by rounding to their grids, only the rest carries round-off.
     """
     rows, m = x.shape
@@ -152,38 +157,24 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         k = 3
         while k < _MAX_PARTS and np.any(two_way * scale * step ** (k - 2) > tolerance):
             k += 1
-        px = _parts(hx, rx, s0v, step, k)
-        py = px if same else _parts(hy, ry, s0v, step, k)
-        spectra = _rfft(_stacked(px if same else px + py), n_fft)
+        plan = _split_plan(hx, rx, hy, ry, s0v, b, k, n_fft, same, scale, tolerance)
+        px, py, k, grids, bounds, rest = plan
+        spectra = _rfft(_stacked(px if same else px + py, n_fft), n_fft)
         fx = spectra[:k]
         fy = fx if same else spectra[k:]
-        nx = [_row_norms(p) for p in px]
-        ny = nx if same else [_row_norms(p) for p in py]
         levels = k - 1                      # exact levels 0 .. k-2, then the rest
         products = np.zeros((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
-        bounds = [np.zeros(rows) for _ in range(levels)]
-        rest = np.zeros(rows)
         for i in range(k):
             for j in range(k):
                 if same and j < i:
                     continue
-                weight = 1.0 if (not same or i == j) else 2.0
                 pair = fx[i] * fy[j]
-                bound = _pair_bound(n_fft, nx[i], ny[j]) * weight
+                if same and i != j:
+                    pair *= 2.0
                 l = i + j
-                target = l if (l < levels and i < k - 1 and j < k - 1) else levels
-                if weight != 1.0:
-                    pair *= weight
-                products[target] += pair
-                if target < levels:
-                    bounds[target] += bound
-                else:
-                    rest += bound
-        bounds = [bd * 1.5 for bd in bounds]
-        rest = rest * 2.0
-        grids = [s0v * s0v * step ** l for l in range(levels)]
+                products[l if (l < levels and i < k - 1 and j < k - 1) else levels] += pair
     else:
-        spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry]), n_fft)
+        spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry], n_fft), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -203,6 +194,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     results = _irfft(products, n_fft)
     z = results[-1, :, : 2 * m - 1].copy()
     l2_err = np.asarray(rest, dtype=float).copy()
+    fine_l1 = np.zeros(rows)
     # finest level first: every partial sum is then x*y minus the coarser levels
     for j, (grid, bound) in reversed(list(enumerate(zip(grids, bounds)))):
         part = results[j, :, : 2 * m - 1]
@@ -210,14 +202,20 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         g = grid[:, None]
         z += np.where(exact[:, None], np.round(part / g) * g, part)      # exact rows
         l2_err += np.where(exact, 0.0, bound)
+        if j >= _RELATIVE_LEVELS:
+            # a level beyond the last four: its addition's rounding, at most u times the
+            # partial sum, is charged as absolute (the fine parts hold little mass), so
+            # the relative allowance stays that of the last four additions
+            fine_l1 += np.abs(z).sum(axis=1)
     # the rest carries the FFT's absolute round-off; adding the exact parts to it
     # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
     # magnitude per addition, which is absolute
     rest_l1 = np.abs(results[-1, :, : 2 * m - 1]).sum(axis=1)
     z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
     fft_l1 = math.sqrt(n_fft) * l2_err
-    l1_err = ((fft_l1 + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1)) * (1 + 1e-9)
-              + _TINY * z.shape[1])
+    fine = fine_l1 * (UNIT_ROUNDOFF * (1.0 + 1e-6))
+    l1_err = ((fft_l1 + fine + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1 + fine))
+              * (1 + 1e-9) + _TINY * z.shape[1])
     z *= scale[:, None]
     z[~live] = 0.0
     errors = np.where(live, l1_err * scale, 0.0)
@@ -226,7 +224,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
 
 #: most parts a row is split into (hi, mids, rest): each further part recovers about
 #: b more bits of every product exactly, at one more forward and inverse transform
-_MAX_PARTS = 5
+_MAX_PARTS = 8
 
 
 def _parts(hi, rest, s0, step, k):
@@ -241,10 +239,79 @@ def _parts(hi, rest, s0, step, k):
     return parts
 
 
-def _stacked(parts):
-    out = np.empty((len(parts),) + parts[0].shape)
+def _level_bounds(n_fft, nx, ny, k, same):
+    """Certified l2 bounds of the FFT error of each exact level 0..k-2 (times 1.5 for
+    the sum of its products) and of the rest (times 2), from the parts' norms."""
+    levels = k - 1
+    bounds = [np.zeros_like(nx[0][0]) for _ in range(levels)]
+    rest = np.zeros_like(nx[0][0])
+    for i in range(k):
+        for j in range(k):
+            if same and j < i:
+                continue
+            weight = 1.0 if (not same or i == j) else 2.0
+            bound = _pair_bound(n_fft, nx[i], ny[j]) * weight
+            l = i + j
+            if l < levels and i < k - 1 and j < k - 1:
+                bounds[l] = bounds[l] + bound
+            else:
+                rest = rest + bound
+    return [bd * 1.5 for bd in bounds], rest * 2.0
+
+
+#: most (b, k) choices ``_split_plan`` tries per convolution (each costs k roundings of
+#: the rows and their norms, no transform)
+_PLAN_TRIES = 16
+
+
+def _split_plan(hx, rx, hy, ry, s0, b, k, n_fft, same, scale, tolerance):
+    """Parts and certified level bounds for a split into k parts of b bits (per row).
+
+    The first guess for b comes from the two-way split's norms, but a deep level
+    p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
+    lands in part j or later), so its bound may exceed a quarter of its grid and the
+    level would be charged in full.  Each level's bound is checked here, before any
+    transform: rows with a level that would not be recovered exactly take one bit less,
+    and when every level is exact but the rest's bound is above ``tolerance``, one more
+    part is taken (up to ``_MAX_PARTS``).  Of the plans tried, the first that meets both
+    is used, else the one with the smallest certified error.
+    """
+    b = np.array(b, dtype=float)
+    best = None
+    for _ in range(_PLAN_TRIES):
+        step = np.ldexp(1.0, -b.astype(int))
+        px = _parts(hx, rx, s0, step, k)
+        py = px if same else _parts(hy, ry, s0, step, k)
+        nx = [_row_norms(p) for p in px]
+        ny = nx if same else [_row_norms(p) for p in py]
+        bounds, rest = _level_bounds(n_fft, nx, ny, k, same)
+        grids = [s0 * s0 * step ** l for l in range(k - 1)]
+        inexact = np.zeros(len(b), dtype=bool)
+        total = np.asarray(rest, dtype=float).copy()
+        for bd, g in zip(bounds, grids):
+            miss = ~(bd < 0.25 * g)
+            inexact |= miss
+            total += np.where(miss, bd, 0.0)
+        err = math.sqrt(n_fft) * total * scale
+        score = float(np.max(err))
+        if best is None or score < best[0]:
+            best = (score, (px, py, k, grids, bounds, rest))
+        if np.any(inexact & (b > 1)):
+            b = np.where(inexact, np.maximum(b - 1, 1), b)
+        elif np.any(err > tolerance) and k < _MAX_PARTS:
+            k += 1
+        else:
+            break
+    return best[1]
+
+
+def _stacked(parts, n):
+    """The parts zero-padded to the transform length n in one array (the transform then
+    needs no padded copy of its own)."""
+    rows, m = parts[0].shape
+    out = np.zeros((len(parts), rows, n))
     for i, p in enumerate(parts):
-        out[i] = p
+        out[i, :, :m] = p
     return out
 
 

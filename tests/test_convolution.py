@@ -136,3 +136,76 @@ def test_tail_entries_near_1e_15_are_relatively_accurate(rng, tolerance):
     assert certified < 1e-5 * float(tail_exact)
     got = Fraction(float(np.sum(z[0, tail])))
     assert abs(got - tail_exact) <= Fraction(certified) + Fraction(1e-14) * tail_exact
+
+
+# ------------------------------------------------------------------ long thin tails
+def leaf_like(m, tail_from):
+    """A narrow bulk and a tail of m - 40 entries decaying from ``tail_from`` to 1e-34:
+    the shape of a small-q leaf, whose deep split levels hold the whole tail."""
+    k = np.arange(m)
+    x = np.exp(-0.5 * ((k - 20) / 4.0) ** 2)
+    x[40:] += np.exp(np.linspace(np.log(tail_from), np.log(1e-34), m - 40))
+    return x / x.sum()
+
+
+_SCALE = 1100          # every double >= 2^-1074 times 2^1100 is an integer
+
+
+def _as_int(v, bits):
+    out = []
+    for a in v:
+        n, d = float(a).as_integer_ratio()
+        out.append(n * (1 << bits) // d)        # exact: d is a power of two <= 2^1074
+    return out
+
+
+def exact_excess(z, x, y):
+    """Exact l1 norm of z's error beyond the relative allowance, with integer arithmetic
+    (python-flint's polynomial product: exact, and fast enough for 10^4 entries)."""
+    flint = pytest.importorskip("flint")
+    prod = flint.fmpz_poly(_as_int(x, _SCALE)) * flint.fmpz_poly(_as_int(y, _SCALE))
+    exact = [int(c) for c in prod.coeffs()]
+    exact += [0] * (len(z) - len(exact))
+    got = _as_int(z, 2 * _SCALE)
+    r = int(CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60)      # 48 u 2^60: an integer
+    assert r == CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60
+    total = 0
+    for a, c in zip(got, exact):
+        d = abs(a - c) * (1 << 60) - r * c
+        if d > 0:
+            total += d
+    return Fraction(total, 1 << (2 * _SCALE + 60))
+
+
+@pytest.mark.parametrize("m,tail_from,tolerance", [(8000, 1e-3, 1e-20), (16000, 1e-5, 1e-20),
+                                                   (4000, 1e-5, 1e-22)])
+def test_deep_levels_of_long_tails_are_recovered_exactly(m, tail_from, tolerance):
+    """Issue 12: a level p_0 * p_j holds every tail entry below the grid of part j-1, so
+    with a long tail its bound could exceed a quarter of its grid and the level was
+    charged in full (3e-20 here before, 3e-19 for the first convolutions of a
+    65534-bucket leaf, which Young's inequality then doubled at every squaring).  The
+    split plan now checks every level before the transform: the certified error meets
+    the tolerance, and it holds against exact integer arithmetic."""
+    x = leaf_like(m, tail_from)
+    y = leaf_like(m, tail_from * 3.0)[::-1].copy()
+    for rows_y, other in ((None, x), (y[None, :], y)):
+        z, err = convolve_rows(x[None, :], rows_y, tolerance)
+        assert err[0] <= tolerance
+        assert exact_excess(z[0], x, other) <= Fraction(float(err[0]))
+
+
+def test_small_q_leaf_meets_its_tolerance():
+    """The first convolution of a 65534-bucket leaf (sigma 0.694, q 1.48e-4, delta class
+    1e-13: random-suite setting #155) is certified below the tolerance compose_split
+    asks for, so the leaf's round-off no longer sets an absolute floor."""
+    from pb_accountant.buckets import Grid
+    from pb_accountant.composition import BucketSet
+    from pb_accountant.mechanisms import SubsampledGaussian
+    leaf = BucketSet.leaf(SubsampledGaussian(0.694, 1.48e-4), Grid(2.0 ** -14, 65534, 49580),
+                          frozenset({"split"}))
+    tolerance = 8.14e-22
+    rows = leaf.split.rows
+    z, err = convolve_rows(rows, None, tolerance)
+    assert np.all(err <= tolerance)
+    assert np.all(np.isfinite(z)) and np.all(z >= 0.0)
+    assert z.sum(axis=1) == pytest.approx(rows.sum(axis=1) ** 2, rel=1e-12)
