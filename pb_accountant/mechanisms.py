@@ -209,6 +209,29 @@ def _monotone_end_points(x, dx):
     return fixed, dx
 
 
+def laplace_interval_mass(lo, hi, mean: float, scale: float) -> np.ndarray:
+    """Lap(mean, scale) mass of (lo, hi], by expm1 on the side of the mean (no
+    cancellation against 1 in the tails)."""
+    lo = np.asarray(lo, dtype=float) - mean
+    hi = np.asarray(hi, dtype=float) - mean
+    both_right = lo >= 0
+    both_left = hi <= 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        right = -0.5 * np.exp(-np.where(both_right, lo, 0) / scale) * np.expm1(
+            -np.where(both_right, hi - lo, 0) / scale)
+        left = -0.5 * np.exp(np.where(both_left, hi, 0) / scale) * np.expm1(
+            -np.where(both_left, hi - lo, 0) / scale)
+
+        def upper_tail(x):  # P(X > x)
+            return np.where(x >= 0, 0.5 * np.exp(-np.maximum(x, 0) / scale),
+                            1.0 - 0.5 * np.exp(np.minimum(x, 0) / scale))
+
+        general = upper_tail(lo) - upper_tail(hi)
+    out = np.where(both_right, right, np.where(both_left, left, general))
+    out = np.where(hi > lo, out, 0.0)
+    return np.maximum(np.nan_to_num(out, nan=0.0), 0.0)
+
+
 def _atoms_to_buckets(t, losses, a, b, *, swapped: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Sum atoms into the K+1 right-closed loss intervals of grid ``t``."""
     losses = np.asarray(losses, dtype=float)
@@ -265,17 +288,7 @@ class MechanismPair:
 
     def bucket_masses_with_error(self, t):
         """Masses as in ``bucket_masses`` plus absolute error bounds for each entry."""
-        t = np.asarray(t, dtype=float)
-        losses, a_at, b_at = self._atoms()
-        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
-        ea = self.mass_relative_error * a
-        eb = self.mass_relative_error * b
-        if self.swapped:
-            ca, cb, eca, ecb = self._continuous_with_error(-t[::-1])
-            ca, cb, eca, ecb = cb[::-1], ca[::-1], ecb[::-1], eca[::-1]
-        else:
-            ca, cb, eca, ecb = self._continuous_with_error(t)
-        return a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb)
+        return self._with_atoms(t, self._continuous_with_error)
 
     def bucket_masses_with_displacement(self, t):
         """(a, b, ea, eb, shift): the A- and B-masses of K+1 event sets, entry k holding
@@ -284,18 +297,26 @@ class MechanismPair:
         exactly, so an end point's round-off moves a bucket's border by ``shift`` (in
         loss) instead of costing the mass next to it (docs/floating-point.md); the split
         pair and the grouped buckets take it from here."""
+        a, b, ea, eb, sh = self._with_atoms(t, self._continuous_with_displacement)
+        return a, b, ea, eb, np.asarray(sh, dtype=float)
+
+    def _with_atoms(self, t, continuous):
+        """The atoms' masses plus ``continuous(t)`` = (a, b, ea, eb, *per-point extras)
+        of the atom-free part, in this orientation (mirrored: on -t reversed, A and B
+        exchanged, extras reversed), with 2u of each sum's rounding."""
         t = np.asarray(t, dtype=float)
         losses, a_at, b_at = self._atoms()
         a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
         ea = self.mass_relative_error * a
         eb = self.mass_relative_error * b
         if self.swapped:
-            ca, cb, eca, ecb, sh = self._continuous_with_displacement(-t[::-1])
-            ca, cb, eca, ecb, sh = cb[::-1], ca[::-1], ecb[::-1], eca[::-1], sh[::-1]
+            ca, cb, eca, ecb, *extra = continuous(-t[::-1])
+            ca, cb, eca, ecb = cb[::-1], ca[::-1], ecb[::-1], eca[::-1]
+            extra = [e[::-1] for e in extra]
         else:
-            ca, cb, eca, ecb, sh = self._continuous_with_displacement(t)
+            ca, cb, eca, ecb, *extra = continuous(t)
         return (a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb),
-                np.asarray(sh, dtype=float))
+                *extra)
 
     def loss_range(self, tail: float) -> Tuple[float, float]:
         """Loss interval outside which less than ``tail`` of the relevant mass lies."""
@@ -590,24 +611,8 @@ class Laplace(MechanismPair):
         return self.sensitivity / self.scale
 
     def _cdf_mass(self, lo, hi, mean):
-        """Laplace(mean, scale) mass of (lo, hi], by expm1 on the side of the mean."""
-        b = self.scale
-        lo = np.asarray(lo, dtype=float) - mean
-        hi = np.asarray(hi, dtype=float) - mean
-
-        def upper_tail(x):  # P(X > x)
-            return np.where(x >= 0, 0.5 * np.exp(-np.maximum(x, 0) / b),
-                            1.0 - 0.5 * np.exp(np.minimum(x, 0) / b))
-
-        both_right = lo >= 0
-        both_left = hi <= 0
-        with np.errstate(over="ignore", invalid="ignore"):
-            right = -0.5 * np.exp(-np.where(both_right, lo, 0) / b) * np.expm1(
-                -np.where(both_right, hi - lo, 0) / b)
-            left = -0.5 * np.exp(np.where(both_left, hi, 0) / b) * np.expm1(
-                -np.where(both_left, hi - lo, 0) / b)
-        general = upper_tail(lo) - upper_tail(hi)
-        return np.maximum(np.where(both_right, right, np.where(both_left, left, general)), 0.0)
+        """Laplace(mean, scale) mass of (lo, hi] (``laplace_interval_mass``)."""
+        return laplace_interval_mass(lo, hi, mean, self.scale)
 
     def _bounds(self):
         s = self.sensitivity

@@ -20,32 +20,9 @@ import numpy as np
 
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_real, check_sample_rate
-from .mechanisms import CONTINUOUS_MASS_RELATIVE_ERROR, MechanismPair
+from .mechanisms import CONTINUOUS_MASS_RELATIVE_ERROR, MechanismPair, laplace_interval_mass
 
 __all__ = ["SubsampledLaplace"]
-
-
-def _laplace_mass(lo, hi, mean: float, scale: float) -> np.ndarray:
-    """Lap(mean, scale) mass of (lo, hi], by expm1 on the side of the mean (no
-    cancellation against 1 in the tails)."""
-    lo = np.asarray(lo, dtype=float) - mean
-    hi = np.asarray(hi, dtype=float) - mean
-    both_right = lo >= 0
-    both_left = hi <= 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        right = -0.5 * np.exp(-np.where(both_right, lo, 0) / scale) * np.expm1(
-            -np.where(both_right, hi - lo, 0) / scale)
-        left = -0.5 * np.exp(np.where(both_left, hi, 0) / scale) * np.expm1(
-            -np.where(both_left, hi - lo, 0) / scale)
-
-        def upper_tail(x):  # P(X > x)
-            return np.where(x >= 0, 0.5 * np.exp(-np.maximum(x, 0) / scale),
-                            1.0 - 0.5 * np.exp(np.minimum(x, 0) / scale))
-
-        general = upper_tail(lo) - upper_tail(hi)
-    out = np.where(both_right, right, np.where(both_left, left, general))
-    out = np.where(hi > lo, out, 0.0)
-    return np.maximum(np.nan_to_num(out, nan=0.0), 0.0)
 
 
 @dataclass(frozen=True)
@@ -131,10 +108,10 @@ class SubsampledLaplace(MechanismPair):
     # -- the MechanismPair interface --------------------------------------------------
     def _atoms(self):
         b, q = self.noise_multiplier, self.sample_rate
-        b_left = float(_laplace_mass(-np.inf, 0.0, 0.0, b))
-        a1_left = float(_laplace_mass(-np.inf, 0.0, 1.0, b))
-        b_right = float(_laplace_mass(1.0, np.inf, 0.0, b))
-        a1_right = float(_laplace_mass(1.0, np.inf, 1.0, b))
+        b_left = float(laplace_interval_mass(-np.inf, 0.0, 0.0, b))
+        a1_left = float(laplace_interval_mass(-np.inf, 0.0, 1.0, b))
+        b_right = float(laplace_interval_mass(1.0, np.inf, 0.0, b))
+        a1_right = float(laplace_interval_mass(1.0, np.inf, 1.0, b))
         a_left = (1.0 - q) * b_left + q * a1_left
         a_right = (1.0 - q) * b_right + q * a1_right
         return (np.array([self.loss_low, self.loss_high]), np.array([a_left, a_right]),
@@ -151,8 +128,8 @@ class SubsampledLaplace(MechanismPair):
         x = np.concatenate(([0.0], x, [1.0]))
         x = np.maximum.accumulate(x)   # guards against rounding making it non-monotone
         # open interval (0, 1): the end atoms are counted in _atoms
-        bm = _laplace_mass(x[:-1], x[1:], 0.0, scale)
-        a1 = _laplace_mass(x[:-1], x[1:], 1.0, scale)
+        bm = laplace_interval_mass(x[:-1], x[1:], 0.0, scale)
+        a1 = laplace_interval_mass(x[:-1], x[1:], 1.0, scale)
         a = (1.0 - q) * bm + q * a1
         rel = self.mass_relative_error
         # events within an end point's error may belong to the neighbouring bucket: their
