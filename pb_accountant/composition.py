@@ -661,11 +661,11 @@ class Composer:
 
     def refined(self, level: int) -> "Optional[Composer]":
         """A Composer whose leaf and final resolutions are 2^-level of this one's (its own
-        caches, made once), or None where the grid is fixed by the options
-        (``number_of_buckets`` or ``factor``): the refinement an answer that needs more
-        accuracy asks for (``engine.adaptive_epsilon_bounds``)."""
+        caches, made once; a negative level coarsens), or None where the grid is fixed
+        by the options (``number_of_buckets`` or ``factor``): the grids an answer asks
+        for when it needs more, or less, accuracy (``engine.adaptive_epsilon_bounds``)."""
         o = self.options
-        if level <= 0:
+        if level == 0:
             return self
         if o.number_of_buckets is not None or o.factor is not None:
             return None
@@ -674,10 +674,20 @@ class Composer:
             if finer is None:
                 scale = 0.5 ** level
                 finer = self._refined[level] = Composer(
-                    dataclasses.replace(o, resolution=o.resolution * scale,
-                                        leaf_resolution=o.leaf_resolution * scale),
+                    dataclasses.replace(o, resolution=min(o.resolution * scale, 1.0),
+                                        leaf_resolution=min(o.leaf_resolution * scale, 1.0)),
                     self._cache_size)
             return finer
+
+    def largest_leaf(self, history, delta: Optional[float] = None) -> int:
+        """The most buckets among the leaf grids of ``history``'s pairs (what composing
+        it would use): a query's cost grows with it."""
+        history = canonical_history(history)
+        if not history:
+            return 0
+        cfg = self._config(delta, sum(count for _, count in history))
+        with self._lock:
+            return max(self._leaf_grid(pair, cfg).number_of_buckets for pair, _ in history)
 
     # -- configuration ---------------------------------------------------------------
     def _config(self, delta: Optional[float], total_steps: int):

@@ -223,16 +223,25 @@ def compose(sequence, *, delta: Optional[float] = None,
     return PrivacyBuckets(composer.compose(history, delta, methods), delta)
 
 
-#: relative width (up - low) / up an epsilon query aims for: a wider bracket on the
-#: first grid is computed again on a grid refined until its predicted width (which
-#: shrinks about 4-fold per halving of both resolutions) meets it
+#: relative width (up - low) / up an epsilon query aims for: a wider bracket is computed
+#: again on a grid refined until its predicted width (which shrinks about 4-fold per
+#: halving of both resolutions) meets it
 TARGET_WIDTH = 4e-4
 #: most halvings of the leaf and final resolutions a query may ask for
 MAX_REFINEMENT = 2
+#: leaf grids of at least this many buckets (a heavy tail far from a narrow bulk, as at
+#: small sampling rates and small delta) make an epsilon query start on grids
+#: COARSE_LEVEL halvings coarser: there the leaf's cost dominates, a coarse pass costs a
+#: fraction of a full one and often meets the target by itself; where it does not, its
+#: width tells how far to refine
+COARSE_FIRST_LEAF_BUCKETS = 2 ** 15 - 2
+COARSE_LEVEL = -2
+#: grids an epsilon query computes at most
+MAX_PASSES = 3
 
 
-def refinement_level(bounds: EpsilonBounds) -> int:
-    """Halvings of the resolutions that bring ``bounds`` to TARGET_WIDTH (0: none;
+def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH) -> int:
+    """Halvings of the resolutions predicted to bring ``bounds`` to ``aim`` (0: none;
     never for an infinite or zero upper bound, which a finer grid does not fix)."""
     up, low = bounds.upper, bounds.lower
     if not (math.isfinite(up) and up > 0.0):
@@ -240,28 +249,46 @@ def refinement_level(bounds: EpsilonBounds) -> int:
     width = (up - low) / up
     if width <= TARGET_WIDTH:
         return 0
-    return int(min(MAX_REFINEMENT, max(1, math.ceil(math.log(width / TARGET_WIDTH, 4.0)))))
+    return int(min(MAX_REFINEMENT, max(1, math.ceil(math.log(width / aim, 4.0)))))
 
 
 def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                             symmetric: bool = False) -> EpsilonBounds:
     """Both bounds at ``delta``, on a grid as fine as the answer needs.
 
-    The bounds are computed on ``composer``'s grids; if their relative width exceeds
-    TARGET_WIDTH they are computed again with the leaf and final resolutions halved
-    (``refinement_level`` times, ``Composer.refined``) and the best of both kept (each
-    is certified).  The decision depends on the history and delta alone, so every
-    query of the same history gets the same answer.  ``symmetric``: the pairs are their
-    own mirrors (the B||A groups repeat the A||B ones).
+    The first grids are ``composer``'s, or COARSE_LEVEL halvings coarser where a leaf
+    grid is large (COARSE_FIRST_LEAF_BUCKETS).  While the relative width exceeds
+    TARGET_WIDTH the bounds are computed again with the leaf and final resolutions
+    halved as often as ``refinement_level`` predicts (``Composer.refined``; from a
+    coarse start it aims at half the target, the h^2 law being least reliable there), up
+    to MAX_REFINEMENT halvings of ``composer``'s and MAX_PASSES grids, and the best
+    bounds of all are kept (each is certified).  The decisions depend on the history and
+    delta alone, so every query of the same history gets the same answer.
+    ``symmetric``: the pairs are their own mirrors (the B||A groups repeat the A||B ones).
     """
     delta = check_delta(delta)
     history = canonical_history(history)
-    bounds = _two_sided_bounds(composer, history, delta, symmetric)
-    level = refinement_level(bounds)
-    finer = composer.refined(level) if level else None
-    if finer is None:
-        return bounds
-    better = _two_sided_bounds(finer, history, delta, symmetric)
+    level = 0
+    if (history and composer.refined(COARSE_LEVEL) is not None
+            and composer.largest_leaf(history, delta) >= COARSE_FIRST_LEAF_BUCKETS):
+        level = COARSE_LEVEL
+    best = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
+    for _ in range(MAX_PASSES - 1):
+        aim = TARGET_WIDTH if level >= 0 else TARGET_WIDTH / 2
+        halvings = refinement_level(best, aim)
+        if halvings == 0 or level >= MAX_REFINEMENT:
+            break
+        level = min(level + halvings, MAX_REFINEMENT)
+        finer = composer.refined(level)
+        if finer is None:
+            break
+        best = _best_of(best, _two_sided_bounds(finer, history, delta, symmetric))
+    return best
+
+
+def _best_of(bounds: EpsilonBounds, better: EpsilonBounds) -> EpsilonBounds:
+    """The tighter of two certified brackets of the same query (``better``: the one on
+    the finer grid, whose grid and notes are reported)."""
     up = min(bounds.upper, better.upper)
     low = min(max(bounds.lower, better.lower), up)
     notes = tuple(n for n in better.notes if not n.startswith("the certified lower bound is 0"))

@@ -83,3 +83,50 @@ def test_refined_bounds_bracket_dp_accountings_pld():
         use_connect_dots=True).self_compose(n)
     # PLD's pessimistic estimate is an upper bound (up to its own discretisation)
     assert b.lower <= pld.get_epsilon_for_delta(DELTA) * (1 + 1e-4)
+
+
+# a heavy tail far from a narrow bulk (sampling rate 1e-5, delta 1e-14): leaves of
+# 2^16 buckets, and a bracket far inside the target on the default grids
+HEAVY_TAIL = [(SubsampledGaussian(1.152457, 1.064e-05), 105)]
+HEAVY_DELTA = 1.22e-14
+
+
+def test_negative_levels_coarsen_both_resolutions_within_their_range():
+    c = Composer()
+    coarser = c.refined(-2)
+    assert coarser is c.refined(-2)
+    assert coarser.options.leaf_resolution == 4 * c.options.leaf_resolution
+    assert coarser.options.resolution == 4 * c.options.resolution
+    wide = Composer(BucketOptions(resolution=0.5, leaf_resolution=0.9)).refined(-2)
+    assert wide.options.resolution == 1.0 and wide.options.leaf_resolution == 1.0
+
+
+def test_large_leaves_start_coarse_and_stay_within_the_target():
+    from pb_accountant.engine import (COARSE_FIRST_LEAF_BUCKETS, COARSE_LEVEL,
+                                      _two_sided_bounds)
+    c = Composer()
+    assert c.largest_leaf(HEAVY_TAIL, HEAVY_DELTA) >= COARSE_FIRST_LEAF_BUCKETS
+    assert c.largest_leaf([], HEAVY_DELTA) == 0
+    fine = _two_sided_bounds(c, HEAVY_TAIL, HEAVY_DELTA, False)
+    best = adaptive_epsilon_bounds(c, HEAVY_TAIL, HEAVY_DELTA)
+    # answered on the coarse grids, which meet the target by themselves
+    assert best.grid.factor > fine.grid.factor
+    coarse = _two_sided_bounds(c.refined(COARSE_LEVEL), HEAVY_TAIL, HEAVY_DELTA, False)
+    assert (best.lower, best.upper) == (coarse.lower, coarse.upper)
+    assert 0 < _width(best) <= TARGET_WIDTH
+    # both brackets are certified, so they overlap
+    assert max(best.lower, fine.lower) <= min(best.upper, fine.upper)
+
+
+def test_a_coarse_start_that_misses_the_target_is_refined():
+    from pb_accountant.engine import COARSE_FIRST_LEAF_BUCKETS, COARSE_LEVEL, _two_sided_bounds
+    # sampling rate 2.3e-4 at sigma 0.77: large leaves, but the coarse bracket is wide
+    pairs = [(SubsampledGaussian(0.7733, 0.000232), 337)]
+    delta = 5.45e-05
+    c = Composer()
+    assert c.largest_leaf(pairs, delta) >= COARSE_FIRST_LEAF_BUCKETS
+    coarse = _two_sided_bounds(c.refined(COARSE_LEVEL), pairs, delta, False)
+    assert _width(coarse) > TARGET_WIDTH
+    best = adaptive_epsilon_bounds(c, pairs, delta)
+    assert _width(best) <= TARGET_WIDTH
+    assert coarse.lower <= best.lower <= best.upper <= coarse.upper
