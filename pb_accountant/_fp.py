@@ -8,3 +8,28 @@ from __future__ import annotations
 UNIT_ROUNDOFF = 2.0 ** -53
 #: one ulp of 1.0 (machine epsilon, 2u); the comparison bounds count slack in ulps
 ULP = 2.0 ** -52
+
+#: Veltkamp's splitter for doubles: 2^27 + 1
+_SPLITTER = 134217729.0
+
+
+def two_sum(a, b):
+    """(s, e) with s = fl(a + b) and s + e = a + b exactly (Knuth; no overflow)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _split(a):
+    c = _SPLITTER * a
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def two_prod(a, b):
+    """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker, without FMA; |a|, |b|
+    below 2^995 and products not underflowing)."""
+    p = a * b
+    a1, a2 = _split(a)
+    b1, b2 = _split(b)
+    return p, ((a1 * b1 - p) + a1 * b2 + a2 * b1) + a2 * b2

@@ -20,7 +20,7 @@ from typing import Tuple
 import numpy as np
 from scipy import special
 
-from ._fp import UNIT_ROUNDOFF as _U
+from ._fp import UNIT_ROUNDOFF as _U, two_prod, two_sum
 from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa: F401
                           check_real, check_sample_rate)
 
@@ -147,29 +147,7 @@ def normal_x_interval_mass(x, mean: float, scale: float):
     if np.any(narrow):
         every = bool(np.all(narrow))
         l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
-        mid = (0.5 * (l + h) - mean) / scale
-        half = 0.5 * (h - l) / scale
-        reach = np.abs(mid) + half
-        # the fewest nodes whose truncation stays below u / 16 (_GL_RULES)
-        size = half * reach * (1.0 + 1e-6)
-        m = np.empty(len(l))
-        small = size <= _GL_RULES[0][1]
-        for pick, (_, limit, nodes, weights) in ((small, _GL_RULES[0]), (~small, _GL_RULES[-1])):
-            if np.all(pick):
-                m[:] = _gauss_legendre(mid, half, nodes, weights)
-            elif np.any(pick):
-                m[pick] = _gauss_legendre(mid[pick], half[pick], nodes, weights)
-        if np.any(size > _GL_RULES[-1][1]):
-            raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
-        m = np.maximum(m * _INV_SQRT_2PI, 0.0)
-        # rounding: 2u (8 + R^2) (normal_interval_error); the midpoint off by at most
-        # dm = 4u (|x| + |mean|) / scale and the half-width by 3u relative move the
-        # integrand by a relative expm1(y) <= y + y^2, y = (R + dm)(dm + 3u h) (y <= 1)
-        dm = 4.0 * u * (np.maximum(np.abs(l), np.abs(h)) + abs(mean)) / scale
-        y = 1.01 * (reach + dm) * (dm + 3.0 * u * half)
-        rel = (2.0 * u * (8.0 + reach * reach) + y + y * y + 3.0 * u + _GL_TRUNCATION)
-        if np.any(y > 1.0):
-            raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
+        m, rel = _narrow_masses(l, h, mean, scale)
         if every:
             mass, err = m, rel * m * (1 + 1e-9)
         else:
@@ -189,13 +167,72 @@ def normal_x_interval_mass(x, mean: float, scale: float):
     return mass, err
 
 
-def _gauss_legendre(mid, half, nodes, weights):
-    """half * sum_j w_j exp(-(mid + half v_j)^2 / 2): one contiguous pass per node."""
-    acc = np.zeros(len(mid))
+#: relative error bound of ``_narrow_masses`` besides the rule's truncation and the
+#: (tiny) terms of the midpoint's double-double error: half-width 2u, its use in the
+#: node factors' exponents 8u (|a| + b) <= 4.4u, each node's exp 2u, weight and product
+#: 5u, the sum (n - 1)u <= 11u, phi(mid) 4u, the constant and three products 4u: 32.4u,
+#: rounded up
+_NARROW_RELATIVE = 36.0 * _U
+
+
+def _narrow_masses(l, h, mean: float, scale: float):
+    """N(mean, scale^2) masses of narrow x-intervals (l, h] and their relative error.
+
+    With mid and half the interval's centre and half-width in z units, the mass is
+    half phi(mid) * integral over [-1, 1] of g(v) = exp(-a v - b v^2), a = mid half,
+    b = half^2 / 2, by Gauss-Legendre (the rule's truncation is below u / 16,
+    ``_GL_RULES``).  phi(mid) is where precision is lost far out (an error dm in mid
+    moves it by |mid| dm relative, and mid^2 rounded moves it by u mid^2), so mid and
+    mid^2 are formed in double-double arithmetic (``two_sum``, ``two_prod``): the bound
+    stays near 36u at any reach instead of growing like u mid^2.
+    """
+    u = _U
+    # centre in z units as q_hi + q_lo: (l + h) / 2 - mean exactly, then divided
+    s_hi, s_lo = two_sum(l, h)
+    d_hi, d_lo = two_sum(0.5 * s_hi, -float(mean))
+    d_lo = d_lo + 0.5 * s_lo
+    q_hi = d_hi / scale
+    p, e = two_prod(q_hi, np.full_like(q_hi, scale))
+    q_lo = (((d_hi - p) - e) + d_lo) / scale
+    # |mid - (q_hi + q_lo)|: roundings of d_lo and q_lo, each u |term| (+ tiny)
+    dmid = 4.0 * u * (np.abs(d_lo) / scale + np.abs(q_lo)) + 1e-300
+    half = 0.5 * (h - l) / scale
+    reach = np.abs(q_hi) + half
+    # phi(mid) = exp(-(P + lo) / 2), mid^2 = P + lo + (q_lo^2, dropped: counted below)
+    P, Pe = two_prod(q_hi, q_hi)
+    lo2 = Pe + 2.0 * q_hi * q_lo
+    with np.errstate(under="ignore"):
+        phi = np.exp(-0.5 * P) * (1.0 - 0.5 * lo2)
+    # the node factors
+    a = q_hi * half
+    b = 0.5 * half * half
+    size = half * reach * (1.0 + 1e-6)
+    if np.any(size > _GL_RULES[-1][1]):
+        raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
+    g = np.empty(len(l))
+    small = size <= _GL_RULES[0][1]
+    for pick, (_, _, nodes, weights) in ((small, _GL_RULES[0]), (~small, _GL_RULES[-1])):
+        if np.all(pick):
+            g[:] = _node_sum(a, b, nodes, weights)
+        elif np.any(pick):
+            g[pick] = _node_sum(a[pick], b[pick], nodes, weights)
+    m = np.maximum(half * _INV_SQRT_2PI * phi * g, 0.0)
+    # the midpoint's error moves phi by (|mid| + dmid) dmid relative; the exponent's
+    # low part: its rounding (2u), the dropped q_lo^2 and the first-order exp (lo2^2)
+    y = (reach + dmid) * dmid * 1.01
+    extra = (y + y * y + 2.0 * u * (np.abs(Pe) + 2.0 * np.abs(q_hi * q_lo)) + q_lo * q_lo
+             + 0.25 * lo2 * lo2 + 1e-290)   # (the last: products' underflow)
+    if np.any(y > 1.0):
+        raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
+    return m, _NARROW_RELATIVE + _GL_TRUNCATION + extra
+
+
+def _node_sum(a, b, nodes, weights):
+    """sum_j w_j exp(-a v_j - b v_j^2): one contiguous pass per node."""
+    acc = np.zeros(len(a))
     for v, w in zip(nodes.tolist(), weights.tolist()):
-        z = mid + v * half
-        acc += w * np.exp(-0.5 * z * z)
-    return half * acc
+        acc += w * np.exp(-(a * v + b * (v * v)))
+    return acc
 
 
 def _monotone_end_points(x, dx):

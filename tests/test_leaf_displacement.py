@@ -198,3 +198,37 @@ def test_replace_one_pair_displacement_bounds_the_loss(sigma, q, d):
             exact_b = ((1 - qq) * _mp_mass(xs[k], xs[k + 1], 0, sigma)
                        + qq * _mp_mass(xs[k], xs[k + 1], -1, sigma))
         assert abs(mpmath.mpf(float(b[k])) - exact_b) <= mpmath.mpf(float(eb[k])) + 1e-300
+
+
+@given(st.floats(-1e6, 1e6, allow_nan=False), st.floats(-1e6, 1e6, allow_nan=False))
+@settings(max_examples=300, deadline=None)
+def test_two_sum_and_two_prod_are_error_free(a, b):
+    from fractions import Fraction
+    from pb_accountant._fp import two_prod, two_sum
+    s, e = two_sum(a, b)
+    assert Fraction(s) + Fraction(e) == Fraction(a) + Fraction(b)
+    p, e = two_prod(a, b)
+    if a == 0.0 or b == 0.0 or abs(a * b) > 1e-250:   # no underflow in the low part
+        assert Fraction(p) + Fraction(e) == Fraction(a) * Fraction(b)
+
+
+def test_narrow_masses_far_out_stay_within_a_few_dozen_ulp(rng):
+    """Double-double midpoints: narrow intervals at |z| up to 37 (small sampling rates at
+    small delta put whole leaves there) are bounded by ~36u of their mass, not u z^2."""
+    u = 2.0 ** -53
+    worst = 0.0
+    for _ in range(12):
+        scale = float(np.exp(rng.uniform(np.log(0.3), np.log(20.0))))
+        mean = float(rng.choice([0.0, 1.0]))
+        zc = float(rng.choice([-1.0, 1.0]) * rng.uniform(4.0, 37.0))
+        widths = np.exp(rng.uniform(np.log(1e-9), np.log(0.3), 25)) * scale / abs(zc)
+        x = np.concatenate(([-np.inf], mean + zc * scale + np.cumsum(widths), [np.inf]))
+        m, err = normal_x_interval_mass(x, mean, scale)
+        for k in range(1, len(m) - 1):
+            exact = _mp_mass(x[k], x[k + 1], mean, scale)
+            if exact < 1e-290:
+                continue
+            assert abs(mpmath.mpf(float(m[k])) - exact) <= mpmath.mpf(float(err[k]))
+            assert err[k] <= 40 * u * float(exact)
+            worst = max(worst, float(abs(mpmath.mpf(float(m[k])) - exact) / exact) / u)
+    assert worst > 0.0        # the check measured something
