@@ -189,7 +189,7 @@ def _narrow_masses(l, h, mean: float, scale: float):
     u = _U
     # centre in z units as q_hi + q_lo: (l + h) / 2 - mean exactly, then divided
     s_hi, s_lo = two_sum(l, h)
-    d_hi, d_lo = two_sum(0.5 * s_hi, -float(mean))
+    d_hi, d_lo = two_sum(0.5 * s_hi, -np.asarray(mean, dtype=float))   # (mean: scalar or per entry)
     d_lo = d_lo + 0.5 * s_lo
     q_hi = d_hi / scale
     p, e = two_prod(q_hi, np.full_like(q_hi, scale))
