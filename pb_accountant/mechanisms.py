@@ -282,8 +282,22 @@ class MechanismPair:
 
     # -- public -----------------------------------------------------------------------
     def bucket_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
-        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``."""
-        a, b, _, _ = self.bucket_masses_with_error(t)
+        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``
+        (those of ``bucket_masses_with_error``, without forming the error bounds)."""
+        t = np.asarray(t, dtype=float)
+        losses, a_at, b_at = self._atoms()
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        if self.swapped:
+            cb, ca = self._continuous_masses(-t[::-1])
+            ca, cb = ca[::-1], cb[::-1]
+        else:
+            ca, cb = self._continuous_masses(t)
+        return a + ca, b + cb
+
+    def _continuous_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
+        """(a, b) of the atom-free part: the masses ``_continuous_with_error`` returns
+        (a pair may compute them without the error bounds)."""
+        a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
     def bucket_masses_with_error(self, t):
@@ -373,14 +387,15 @@ class SubsampledGaussian(MechanismPair):
         check_noise_multiplier(self.noise_multiplier, allow_zero=False)
         check_sample_rate(self.sample_rate, allow_zero=False)
 
-    def _x_of_loss(self, t):
+    def _x_of_loss(self, t, _inner=None):
+        """End point x(t); ``_inner``: ``_inner_parts(t)`` if already computed."""
         s2 = self.noise_multiplier ** 2
         q = self.sample_rate
         t = np.asarray(t, dtype=float)
         if q == 1.0:
             return s2 * t + 0.5
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            inner = self._inner(t)
+            inner = (self._inner_parts(t) if _inner is None else _inner)[0]
             x = s2 * inner + 0.5
         return np.where(t <= math.log1p(-q), -np.inf, x)
 
@@ -388,12 +403,18 @@ class SubsampledGaussian(MechanismPair):
         """log((e^t - (1-q)) / q): log1p(expm1(t) / q) (no subtraction of log q, whose
         rounding would cost u |log q| at every end point), and for t > 30, where
         expm1(t) / q could overflow, t - log q + log1p((q-1) e^{-t})."""
+        return self._inner_parts(t)[0]
+
+    def _inner_parts(self, t):
+        """(``_inner(t)``, expm1(t) / q with t > 30 read as 0): the second is reused by
+        ``_x_error``."""
         q = self.sample_rate
         big = t > 30.0
         small_t = np.where(big, 0.0, t)
-        y = np.maximum(np.expm1(small_t) / q, -1.0)
+        y_raw = np.expm1(small_t) / q
+        y = np.maximum(y_raw, -1.0)
         return np.where(big, t - math.log(q) + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 30.0))),
-                        np.log1p(y))
+                        np.log1p(y)), y_raw
 
     def _loss_of_x(self, x):
         s2 = self.noise_multiplier ** 2
@@ -407,10 +428,11 @@ class SubsampledGaussian(MechanismPair):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
-    def _x_error(self, t, x):
+    def _x_error(self, t, x, _inner=None):
         """Bound on |x(t) computed - x(t)| (the end points' own round-off), from the
         condition of each step of ``_x_of_loss`` with exp/expm1/log/log1p good to one
-        ulp and 2u of room per step (docs/floating-point.md)."""
+        ulp and 2u of room per step (docs/floating-point.md); ``_inner``:
+        ``_inner_parts(t)`` if already computed."""
         u = _U
         s2 = self.noise_multiplier ** 2
         q = self.sample_rate
@@ -421,22 +443,43 @@ class SubsampledGaussian(MechanismPair):
         lq = abs(math.log(q))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             big = t > 30.0
-            inner = np.abs(self._inner(t))
+            raw, y = self._inner_parts(t) if _inner is None else _inner
+            inner = np.abs(raw)
             # t <= 30: y = expm1(t) / q carries 3u (expm1, the division), log1p turns
             # that into 3u |y| / (1 + y) and adds its own ulp; t > 30: each of the
             # three terms and two sums costs an ulp of t + |log q| + 1
-            y = np.expm1(np.where(big, 0.0, t)) / q
             d_small = 3.03 * u * np.abs(y) / (1.0 + y) + 2.0 * u * inner
             d_big = 4.0 * u * (np.abs(t) + lq + 1.0)
             dinner = np.where(big, d_big, d_small)
             dx = (s2 * (dinner + 2.0 * u * inner) + 2.0 * u * ax) * 1.01
         return np.where(np.isfinite(x), dx, 0.0)
 
+    def _inner_once(self, t):
+        """``_inner_parts(t)`` where the end points need it (q < 1), else None."""
+        if self.sample_rate == 1.0:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self._inner_parts(t)
+
+    def _continuous_masses(self, t):
+        """The masses of ``_continuous_with_error`` without their error bounds."""
+        s = self.noise_multiplier
+        q = self.sample_rate
+        x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
+        x = np.maximum.accumulate(x)
+        b = normal_interval_mass(x[:-1] / s, x[1:] / s)
+        a1 = normal_interval_mass((x[:-1] - 1.0) / s, (x[1:] - 1.0) / s)
+        if q == 1.0:
+            return a1, b
+        return (1.0 - q) * b + q * a1, b
+
     def _continuous_with_error(self, t):
         s = self.noise_multiplier
         q = self.sample_rate
-        xt = self._x_of_loss(t)
-        dx = np.concatenate(([0.0], self._x_error(t, xt), [0.0]))
+        t = np.asarray(t, dtype=float)
+        inner = self._inner_once(t)
+        xt = self._x_of_loss(t, inner)
+        dx = np.concatenate(([0.0], self._x_error(t, xt, inner), [0.0]))
         x = np.concatenate(([-np.inf], xt, [np.inf]))
         x = np.maximum.accumulate(x)  # guards against rounding making it non-monotone
         z0l, z0h = x[:-1] / s, x[1:] / s
@@ -465,9 +508,11 @@ class SubsampledGaussian(MechanismPair):
         s = self.noise_multiplier
         q = self.sample_rate
         t = np.asarray(t, dtype=float)
-        xt = self._x_of_loss(t)
+        inner = self._inner_once(t)
+        xt = self._x_of_loss(t, inner)
         x, dx = _monotone_end_points(np.concatenate(([-np.inf], xt, [np.inf])),
-                                     np.concatenate(([0.0], self._x_error(t, xt), [0.0])))
+                                     np.concatenate(([0.0], self._x_error(t, xt, inner),
+                                                     [0.0])))
         shift = dx[1:-1] / (s * s) * 1.01
         if q < 1.0:
             # end points set to -inf below log(1 - q): that threshold's rounding
