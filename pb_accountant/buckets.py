@@ -84,13 +84,13 @@ class Grid:
 
     @property
     def indices(self) -> np.ndarray:
-        """Absolute indices i + offset of the buckets."""
-        n = self.number_of_buckets
-        return np.arange(-n, n + 1) + self.offset
+        """Absolute indices i + offset of the buckets (read-only)."""
+        return _grid_arrays(self.number_of_buckets, self.offset, self.log_factor)[0]
 
     @property
     def losses(self) -> np.ndarray:
-        return self.indices.astype(float) * self.log_factor
+        """Losses t_i = (i + offset) log f of the buckets (read-only)."""
+        return _grid_arrays(self.number_of_buckets, self.offset, self.log_factor)[1]
 
     def compatible(self, other: "Grid") -> bool:
         """Same factor and number of buckets: products convolve (offsets add)."""
@@ -112,6 +112,29 @@ class Grid:
             return self
         centre = max(-(m - n), min(m - n, int(centre)))
         return self.with_buckets(n, centre)
+
+
+#: grids of at most this many buckets keep their indices and losses in ``_grid_arrays``
+_CACHED_GRID_BUCKETS = 2 ** 12
+
+
+def _grid_arrays(n: int, offset: int, log_factor: float):
+    """(indices, losses) of a grid, read-only; remembered for small grids, whose
+    bookkeeping asks for them many times per composition."""
+    if n <= _CACHED_GRID_BUCKETS:
+        return _small_grid_arrays(n, offset, log_factor)
+    return _make_grid_arrays(n, offset, log_factor)
+
+
+def _make_grid_arrays(n: int, offset: int, log_factor: float):
+    indices = np.arange(-n, n + 1) + offset
+    losses = indices.astype(float) * log_factor
+    indices.setflags(write=False)
+    losses.setflags(write=False)
+    return indices, losses
+
+
+_small_grid_arrays = functools.lru_cache(maxsize=128)(_make_grid_arrays)
 
 
 def _dot(a, b) -> float:
@@ -675,6 +698,31 @@ class GroupedBuckets(BucketRepresentation):
         a, b, ea, eb, sh = leaf_masses(pair, cuts, grid.log_factor)
         return (cls.from_masses(grid, a, b, ea, eb, infinities=pair.infinity_masses(),
                                 directions=directions, shift=sh),)
+
+    @classmethod
+    def leaves_by_direction(cls, pair, grid: Grid, directions) -> Dict[str, "GroupedBuckets"]:
+        """The one-direction leaves ``leaves(pair, grid, ("grouped-" + d,))`` for each d
+        in ``directions``, the masses computed once: every row's numbers depend on that
+        row alone, so they are those of separate calls."""
+        if len(directions) < 2:
+            return {d: cls.leaves(pair, grid, ("grouped-" + d,))[0] for d in directions}
+        both = cls.leaves(pair, grid, ("grouped",))[0]
+        return {d: both.one_direction(d) for d in directions}
+
+    def one_direction(self, direction: str) -> "GroupedBuckets":
+        """The rows and the infinity group of one of the directions held."""
+        start = 0
+        for d in self.directions:
+            if d == direction:
+                break
+            start += len(_ROW_KINDS[d])
+        else:
+            raise ValueError(f"direction must be one of {self.directions!r}, got {direction!r}")
+        part = slice(start, start + len(_ROW_KINDS[direction]))
+        return GroupedBuckets(self.grid, self.rows[part].copy(), self.error[part].copy(),
+                              self.compositions, self.a_inf if direction == "ab" else 0.0,
+                              self.b_minf if direction == "ba" else 0.0, (direction,),
+                              self.relative[part].copy(), self.log_scale[part].copy())
 
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:
