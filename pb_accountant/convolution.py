@@ -82,7 +82,7 @@ def _exact_bits(n_fft: int, l1, l2):
     """
     bound = convolution_l2_error(n_fft, l1, l2, l1, l2)
     b = np.floor(-np.log2(4.0 * np.maximum(bound, 1e-300)) / 2.0) - 1
-    return np.clip(b, 1, 24)
+    return np.minimum(np.maximum(b, 1.0), 24.0)     # np.clip, without its wrapper
 
 
 def _scaled(rows):
@@ -178,7 +178,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     pb_rr = _pair_bound(n_fft, n_rx, n_ry)
     two_way = (pb_hxry + pb_rxhy + pb_rr) * 1.5 * math.sqrt(n_fft)
     scale = np.ldexp(1.0, (ex + ey).astype(int))
-    three_way = bool(np.any(two_way * scale > tolerance))
+    three_way = bool((two_way * scale > tolerance).any())
     if three_way:
         # more parts on grids s0 2^{-j b}: the products p_i * q_j with i + j = l all
         # lie on the grid s0^2 2^{-l b}; levels whose certified FFT error stays below a
@@ -190,7 +190,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         b = np.clip(np.minimum(b1, b2) - 3, 1, 40)      # room for the sums of a level
         step = np.ldexp(1.0, -b.astype(int))
         k = 3
-        while k < _MAX_PARTS and np.any(two_way * scale * step ** (k - 2) > tolerance):
+        while k < _MAX_PARTS and (two_way * scale * step ** (k - 2) > tolerance).any():
             k += 1
         parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
                                                     tolerance)
@@ -386,9 +386,9 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
         score = float(np.max(err))
         if best is None or score < best[0]:
             best = (score, (parts, k, grids, bounds, rest))
-        if np.any(inexact & (b > 1)):
+        if (inexact & (b > 1)).any():
             b = np.where(inexact, np.maximum(b - 1, 1), b)
-        elif np.any(err > tolerance) and k < _MAX_PARTS:
+        elif (err > tolerance).any() and k < _MAX_PARTS:
             k += 1
         else:
             break

@@ -98,14 +98,14 @@ def normal_interval_mass(lo, hi) -> np.ndarray:
     reach = np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
                        np.abs(np.where(np.isfinite(hi), hi, 0.0)))
     narrow = finite & (width * (reach + width) < 1.0)
-    if np.any(narrow):
+    if narrow.any():
         l, h = lo[narrow], hi[narrow]
         half = 0.5 * (h - l)
         mid = 0.5 * (h + l)
         z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
         out[narrow] = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
     wide = valid & ~narrow
-    if np.any(wide):
+    if wide.any():
         l, h = lo[wide], hi[wide]
         right = l >= 0.0
         left = h <= 0.0
@@ -144,8 +144,8 @@ def normal_x_interval_mass(x, mean: float, scale: float):
         narrow = finite & (width * (reach + width) < 1.0)
     mass = np.zeros(lo.shape)
     err = np.zeros(lo.shape)
-    if np.any(narrow):
-        every = bool(np.all(narrow))
+    if narrow.any():
+        every = bool(narrow.all())
         l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
         mid = (0.5 * (l + h) - mean) / scale
         half = 0.5 * (h - l) / scale
@@ -155,11 +155,11 @@ def normal_x_interval_mass(x, mean: float, scale: float):
         m = np.empty(len(l))
         small = size <= _GL_RULES[0][1]
         for pick, (_, limit, nodes, weights) in ((small, _GL_RULES[0]), (~small, _GL_RULES[-1])):
-            if np.all(pick):
+            if pick.all():
                 m[:] = _gauss_legendre(mid, half, nodes, weights)
-            elif np.any(pick):
+            elif pick.any():
                 m[pick] = _gauss_legendre(mid[pick], half[pick], nodes, weights)
-        if np.any(size > _GL_RULES[-1][1]):
+        if (size > _GL_RULES[-1][1]).any():
             raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
         m = np.maximum(m * _INV_SQRT_2PI, 0.0)
         # rounding: 2u (8 + R^2) (normal_interval_error); the midpoint off by at most
@@ -168,7 +168,7 @@ def normal_x_interval_mass(x, mean: float, scale: float):
         dm = 4.0 * u * (np.maximum(np.abs(l), np.abs(h)) + abs(mean)) / scale
         y = 1.01 * (reach + dm) * (dm + 3.0 * u * half)
         rel = (2.0 * u * (8.0 + reach * reach) + y + y * y + 3.0 * u + _GL_TRUNCATION)
-        if np.any(y > 1.0):
+        if (y > 1.0).any():
             raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
         if every:
             mass, err = m, rel * m * (1 + 1e-9)
@@ -176,7 +176,7 @@ def normal_x_interval_mass(x, mean: float, scale: float):
             mass[narrow] = m
             err[narrow] = rel * m * (1 + 1e-9)
     wide = valid & ~narrow
-    if np.any(wide):
+    if wide.any():
         l, h = zl[wide], zh[wide]
         m = normal_interval_mass(l, h)
         # the standardised end points carry 3u (|x| + |mean|) / scale: the mass within
@@ -217,7 +217,7 @@ def normal_x_interval_masses(x, means, scale: float):
         narrow = finite & (width * (reach + width) < 1.0)
     mass = np.zeros(shape)
     err = np.zeros(shape)
-    if np.any(narrow):
+    if narrow.any():
         l = np.broadcast_to(lo, shape)[narrow]
         h = np.broadcast_to(hi, shape)[narrow]
         mean = np.broadcast_to(mu, shape)[narrow]
@@ -229,11 +229,11 @@ def normal_x_interval_masses(x, means, scale: float):
         m = np.empty(len(l))
         small = size <= _GL_RULES[0][1]
         for pick, (_, limit, nodes, weights) in ((small, _GL_RULES[0]), (~small, _GL_RULES[-1])):
-            if np.all(pick):
+            if pick.all():
                 m[:] = _gauss_legendre(mid, half, nodes, weights)
-            elif np.any(pick):
+            elif pick.any():
                 m[pick] = _gauss_legendre(mid[pick], half[pick], nodes, weights)
-        if np.any(size > _GL_RULES[-1][1]):
+        if (size > _GL_RULES[-1][1]).any():
             raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
         m = np.maximum(m * _INV_SQRT_2PI, 0.0)
         # rounding: 2u (8 + R^2) (normal_interval_error); the midpoint off by at most
@@ -242,12 +242,12 @@ def normal_x_interval_masses(x, means, scale: float):
         dm = 4.0 * u * (np.maximum(np.abs(l), np.abs(h)) + np.abs(mean)) / scale
         y = 1.01 * (reach + dm) * (dm + 3.0 * u * half)
         rel = (2.0 * u * (8.0 + reach * reach) + y + y * y + 3.0 * u + _GL_TRUNCATION)
-        if np.any(y > 1.0):
+        if (y > 1.0).any():
             raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
         mass[narrow] = m
         err[narrow] = rel * m * (1 + 1e-9)
     wide = valid & ~narrow
-    if np.any(wide):
+    if wide.any():
         l, h = zl[wide], zh[wide]
         m = normal_interval_mass(l, h)
         # the standardised end points carry 3u (|x| + |mean|) / scale: the mass within
@@ -278,7 +278,7 @@ def _monotone_end_points(x, dx):
     the two bounds of its exact value (the exact end points increase)."""
     fixed = np.maximum.accumulate(x)
     changed = fixed != x
-    if np.any(changed):
+    if changed.any():
         dx = np.where(changed, np.maximum.accumulate(dx), dx)
     return fixed, dx
 
