@@ -101,8 +101,10 @@ def _scaled(rows):
 
 
 def _row_norms(v):
-    """(l1, l2) norm of every row of a 2-D array."""
-    return np.abs(v).sum(axis=1), np.sqrt(np.einsum("ij,ij->i", v, v))
+    """(l1, l2) norm of every row (last axis) of an array, flattened over the others
+    (each row is reduced alone, so the layout around it does not change the numbers)."""
+    return (np.abs(v).sum(axis=-1).reshape(-1),
+            np.sqrt(np.einsum("...i,...i->...", v, v)).reshape(-1))
 
 
 def _round_to(v, step):
@@ -116,22 +118,32 @@ def _round_to(v, step):
     return part, rest
 
 
+def _round_into(v, step, part, rest=None):
+    """``_round_to`` writing the part into ``part`` (and the rest into ``rest``, if
+    given); returns the rest."""
+    np.divide(v, step, out=part)
+    np.rint(part, out=part)
+    part *= step
+    rest = np.subtract(v, part, out=rest)
+    tiny = np.abs(rest) < _TINY
+    if tiny.any():
+        rest[tiny] = 0.0
+    return rest
+
+
+def _padded_buffer(groups: int, k: int, rows: int, n: int, m: int, zero: bool = True):
+    """The transform's input (groups, k, rows, n): part j of the rows of operand g at
+    [g, j], zero-padded from m on (``zero`` False: padding left to the caller), so
+    that its reshape to (groups k, rows, n) lists the parts of x, then those of y."""
+    buf = np.empty((groups, k, rows, n))
+    if zero:
+        buf[..., m:] = 0.0
+    return buf
+
+
 def _pair_bound(n_fft, na, nb):
     return convolution_l2_error(n_fft, na[0], na[1], nb[0], nb[1])
 
-
-def _fft_input(parts, rows: int, n: int, same: bool):
-    """The FFT's input from parts stacked as (k, rows of x [+ rows of y], m): the x
-    parts, then (``same`` False) the y parts, each zero-padded to length n."""
-    k, _, m = parts.shape
-    out = np.empty((k if same else 2 * k, rows, n))
-    out[..., m:] = 0.0
-    if same:
-        out[:, :, :m] = parts
-    else:
-        out[:k, :, :m] = parts[:, :rows]
-        out[k:, :, :m] = parts[:, rows:]
-    return out
 
 
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
@@ -164,7 +176,12 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     eb_bits = _exact_bits(n_fft, l1b, l2b)
     bits = eb_bits if same else np.minimum(eb_bits[:rows], eb_bits[rows:])
     s0 = np.ldexp(1.0, -bits.astype(int))[:, None]
-    hb, rb = _round_to(bs, s0 if same else np.concatenate((s0, s0)))
+    # the two-way split, written where the two-way transform reads it: [g, 0] the hi
+    # part, [g, 1] the rest of the rows of operand g (x, then y)
+    groups = 1 if same else 2
+    buf2 = _padded_buffer(groups, 2, rows, n_fft, m, zero=False)
+    hb = buf2[:, 0, :, :m]
+    rb = _round_into(bs.reshape(groups, rows, m), s0[None], hb, buf2[:, 1, :, :m])
     l1h, l2h = _row_norms(hb)
     l1r, l2r = _row_norms(rb)
     if same:
@@ -192,17 +209,14 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         k = 3
         while k < _MAX_PARTS and (two_way * scale * step ** (k - 2) > tolerance).any():
             k += 1
-        parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
-                                                    tolerance)
-        spectra = _rfft(_fft_input(parts, rows, n_fft, same), n_fft)
-        levels = k - 1                      # exact levels 0 .. k-2, then the rest
+        buf, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
+                                                  tolerance)
+        spectra = _rfft(buf.reshape(-1, rows, n_fft), n_fft)
         products = _level_products(spectra, k, same)
     else:
-        if same:
-            spectra = _rfft(_fft_input(np.stack((hb, rb)), rows, n_fft, True), n_fft)
-        else:
-            # order of the transform's input: hx, rx, hy, ry
-            spectra = _rfft(_fft_input(np.stack((hb, rb)), rows, n_fft, False), n_fft)
+        buf2[..., m:] = 0.0
+        # order of the transform's input: hx, rx (, hy, ry)
+        spectra = _rfft(buf2.reshape(-1, rows, n_fft), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -286,18 +300,24 @@ def _level_products(spectra, k: int, same: bool):
 _MAX_PARTS = 8
 
 
-def _parts(hi, rest, s0, step, k):
-    """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact),
-    stacked as (k, rows, m)."""
-    parts = np.empty((k,) + hi.shape)
-    parts[0] = hi
+def _parts(hi, rest, s0, step, k, n=None):
+    """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact).
+
+    ``hi``, ``rest``: (groups, rows, m), the two-way split of the rows of each operand;
+    ``s0``, ``step``: per row.  Returns the parts in a ``_padded_buffer`` of length
+    ``n`` (default m: no padding), (groups, k, rows, n)."""
+    groups, rows, m = hi.shape
+    buf = _padded_buffer(groups, k, rows, m if n is None else n, m)
+    parts = buf[..., :m]
+    parts[:, 0] = hi
+    if k == 2:
+        parts[:, 1] = rest
     grid = s0
     for j in range(1, k - 1):
         grid = grid * step
-        part, rest = _round_to(rest, grid[:, None])
-        parts[j] = part
-    parts[k - 1] = rest
-    return parts
+        rest = _round_into(rest, grid[None, :, None], parts[:, j],
+                           parts[:, k - 1] if j == k - 2 else None)
+    return buf
 
 
 @functools.lru_cache(maxsize=64)
@@ -348,8 +368,9 @@ _PLAN_TRIES = 16
 def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
     """Parts and certified level bounds for a split into k parts of b bits (per row).
 
-    ``hb``, ``rb``: the two-way split of the rows of x, followed (``same`` False) by
-    those of y; the parts are returned stacked as (k, rows of x [+ rows of y], m).
+    ``hb``, ``rb``: (groups, rows, m), the two-way split of the rows of x and (``same``
+    False) of y; the parts are returned in the transform's padded input
+    (``_padded_buffer``).
     The first guess for b comes from the two-way split's norms, but a deep level
     p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
     lands in part j or later), so its bound may exceed a quarter of its grid and the
@@ -360,13 +381,15 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
     is used, else the one with the smallest certified error.
     """
     rows = len(s0)
+    m = hb.shape[-1]
     b = np.array(b, dtype=float)
-    s0b = s0 if same else np.concatenate((s0, s0))
     best = None
     for _ in range(_PLAN_TRIES):
         step = np.ldexp(1.0, -b.astype(int))
-        parts = _parts(hb, rb, s0b, step if same else np.concatenate((step, step)), k)
-        l1, l2 = _row_norms(parts.reshape(-1, parts.shape[-1]))
+        buf = _parts(hb, rb, s0, step, k, n_fft)
+        parts = buf[..., :m]
+        # norms per (part, row), the rows of x then those of y
+        l1, l2 = _row_norms(parts.transpose(1, 0, 2, 3))
         l1 = l1.reshape(k, -1)
         l2 = l2.reshape(k, -1)
         if same:
@@ -385,7 +408,7 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
         err = math.sqrt(n_fft) * total * scale
         score = float(np.max(err))
         if best is None or score < best[0]:
-            best = (score, (parts, k, grids, bounds, rest))
+            best = (score, (buf, k, grids, bounds, rest))
         if (inexact & (b > 1)).any():
             b = np.where(inexact, np.maximum(b - 1, 1), b)
         elif (err > tolerance).any() and k < _MAX_PARTS:
