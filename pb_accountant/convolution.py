@@ -131,14 +131,15 @@ def _round_into(v, step, part, rest=None):
     return rest
 
 
-def _padded_buffer(groups: int, k: int, rows: int, n: int, m: int, zero: bool = True):
-    """The transform's input (groups, k, rows, n): part j of the rows of operand g at
-    [g, j], zero-padded from m on (``zero`` False: padding left to the caller), so
-    that its reshape to (groups k, rows, n) lists the parts of x, then those of y."""
-    buf = np.empty((groups, k, rows, n))
-    if zero:
-        buf[..., m:] = 0.0
-    return buf
+def _fft_input(parts, n: int):
+    """The transform's input: ``parts`` (groups, k, rows, m), part j of the rows of
+    operand g at [g, j], zero-padded to length n and listed as (groups k, rows, n): the
+    parts of x, then those of y.  (``np.zeros``: a large input's padding stays zero
+    pages, never written.)"""
+    groups, k, rows, m = parts.shape
+    out = np.zeros((groups * k, rows, n))
+    out.reshape(groups, k, rows, n)[..., :m] = parts
+    return out
 
 
 def _pair_bound(n_fft, na, nb):
@@ -179,9 +180,9 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     # the two-way split, written where the two-way transform reads it: [g, 0] the hi
     # part, [g, 1] the rest of the rows of operand g (x, then y)
     groups = 1 if same else 2
-    buf2 = _padded_buffer(groups, 2, rows, n_fft, m, zero=False)
-    hb = buf2[:, 0, :, :m]
-    rb = _round_into(bs.reshape(groups, rows, m), s0[None], hb, buf2[:, 1, :, :m])
+    split2 = np.empty((groups, 2, rows, m))
+    hb = split2[:, 0]
+    rb = _round_into(bs.reshape(groups, rows, m), s0[None], hb, split2[:, 1])
     l1h, l2h = _row_norms(hb)
     l1r, l2r = _row_norms(rb)
     if same:
@@ -209,14 +210,13 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         k = 3
         while k < _MAX_PARTS and (two_way * scale * step ** (k - 2) > tolerance).any():
             k += 1
-        buf, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
-                                                  tolerance)
-        spectra = _rfft(buf.reshape(-1, rows, n_fft), n_fft)
+        parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
+                                                    tolerance)
+        spectra = _rfft(_fft_input(parts, n_fft), n_fft)
         products = _level_products(spectra, k, same)
     else:
-        buf2[..., m:] = 0.0
         # order of the transform's input: hx, rx (, hy, ry)
-        spectra = _rfft(buf2.reshape(-1, rows, n_fft), n_fft)
+        spectra = _rfft(_fft_input(split2, n_fft), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -300,15 +300,13 @@ def _level_products(spectra, k: int, same: bool):
 _MAX_PARTS = 8
 
 
-def _parts(hi, rest, s0, step, k, n=None):
+def _parts(hi, rest, s0, step, k):
     """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact).
 
     ``hi``, ``rest``: (groups, rows, m), the two-way split of the rows of each operand;
-    ``s0``, ``step``: per row.  Returns the parts in a ``_padded_buffer`` of length
-    ``n`` (default m: no padding), (groups, k, rows, n)."""
+    ``s0``, ``step``: per row.  Returns the parts as (groups, k, rows, m)."""
     groups, rows, m = hi.shape
-    buf = _padded_buffer(groups, k, rows, m if n is None else n, m)
-    parts = buf[..., :m]
+    parts = np.empty((groups, k, rows, m))
     parts[:, 0] = hi
     if k == 2:
         parts[:, 1] = rest
@@ -317,7 +315,7 @@ def _parts(hi, rest, s0, step, k, n=None):
         grid = grid * step
         rest = _round_into(rest, grid[None, :, None], parts[:, j],
                            parts[:, k - 1] if j == k - 2 else None)
-    return buf
+    return parts
 
 
 @functools.lru_cache(maxsize=64)
@@ -369,8 +367,7 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
     """Parts and certified level bounds for a split into k parts of b bits (per row).
 
     ``hb``, ``rb``: (groups, rows, m), the two-way split of the rows of x and (``same``
-    False) of y; the parts are returned in the transform's padded input
-    (``_padded_buffer``).
+    False) of y; the parts are returned as (groups, k, rows, m).
     The first guess for b comes from the two-way split's norms, but a deep level
     p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
     lands in part j or later), so its bound may exceed a quarter of its grid and the
@@ -381,13 +378,11 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
     is used, else the one with the smallest certified error.
     """
     rows = len(s0)
-    m = hb.shape[-1]
     b = np.array(b, dtype=float)
     best = None
     for _ in range(_PLAN_TRIES):
         step = np.ldexp(1.0, -b.astype(int))
-        buf = _parts(hb, rb, s0, step, k, n_fft)
-        parts = buf[..., :m]
+        parts = _parts(hb, rb, s0, step, k)
         # norms per (part, row), the rows of x then those of y
         l1, l2 = _row_norms(parts.transpose(1, 0, 2, 3))
         l1 = l1.reshape(k, -1)
@@ -408,7 +403,7 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
         err = math.sqrt(n_fft) * total * scale
         score = float(np.max(err))
         if best is None or score < best[0]:
-            best = (score, (buf, k, grids, bounds, rest))
+            best = (score, (parts, k, grids, bounds, rest))
         if (inexact & (b > 1)).any():
             b = np.where(inexact, np.maximum(b - 1, 1), b)
         elif (err > tolerance).any() and k < _MAX_PARTS:
@@ -423,13 +418,14 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
 _THREADED_SIZE = 2 ** 18
 
 
-def _workers(a) -> int:
-    return _WORKERS if a.size >= _THREADED_SIZE else 1
+def _workers(a, n: int) -> int:
+    """Threads for transforms of length n of the rows of ``a``."""
+    return _WORKERS if (a.size // a.shape[-1]) * n >= _THREADED_SIZE else 1
 
 
 def _rfft(a, n):
-    return _fft.rfft(a, n=n, axis=-1, workers=_workers(a))
+    return _fft.rfft(a, n=n, axis=-1, workers=_workers(a, n))
 
 
 def _irfft(a, n):
-    return _fft.irfft(a, n=n, axis=-1, workers=_workers(a))
+    return _fft.irfft(a, n=n, axis=-1, workers=_workers(a, n))
