@@ -84,13 +84,13 @@ class Grid:
 
     @property
     def indices(self) -> np.ndarray:
-        """Absolute indices i + offset of the buckets."""
-        n = self.number_of_buckets
-        return np.arange(-n, n + 1) + self.offset
+        """Absolute indices i + offset of the buckets (read-only)."""
+        return _grid_arrays(self.number_of_buckets, self.offset, self.log_factor)[0]
 
     @property
     def losses(self) -> np.ndarray:
-        return self.indices.astype(float) * self.log_factor
+        """Losses t_i = (i + offset) log f of the buckets (read-only)."""
+        return _grid_arrays(self.number_of_buckets, self.offset, self.log_factor)[1]
 
     def compatible(self, other: "Grid") -> bool:
         """Same factor and number of buckets: products convolve (offsets add)."""
@@ -112,6 +112,29 @@ class Grid:
             return self
         centre = max(-(m - n), min(m - n, int(centre)))
         return self.with_buckets(n, centre)
+
+
+#: grids of at most this many buckets keep their indices and losses in ``_grid_arrays``
+_CACHED_GRID_BUCKETS = 2 ** 12
+
+
+def _grid_arrays(n: int, offset: int, log_factor: float):
+    """(indices, losses) of a grid, read-only; remembered for small grids, whose
+    bookkeeping asks for them many times per composition."""
+    if n <= _CACHED_GRID_BUCKETS:
+        return _small_grid_arrays(n, offset, log_factor)
+    return _make_grid_arrays(n, offset, log_factor)
+
+
+def _make_grid_arrays(n: int, offset: int, log_factor: float):
+    indices = np.arange(-n, n + 1) + offset
+    losses = indices.astype(float) * log_factor
+    indices.setflags(write=False)
+    losses.setflags(write=False)
+    return indices, losses
+
+
+_small_grid_arrays = functools.lru_cache(maxsize=128)(_make_grid_arrays)
 
 
 def _dot(a, b) -> float:
@@ -454,13 +477,14 @@ class SplitBuckets(BucketRepresentation):
         w_keep_bot, w_out_bot = _fold_weights(len(b_bot), d)
         newA = A[lo: hi + 1].copy()
         newB = B[lo: hi + 1].copy()
+        a_bot_sum, b_top_sum = a_bot.sum(), b_top.sum()
         newA[-1] += _dot(a_top, w_keep_top)
         a_over = _dot(a_top, w_out_top)
-        newA[0] += a_bot.sum()
-        newB[-1] += b_top.sum()
+        newA[0] += a_bot_sum
+        newB[-1] += b_top_sum
         newB[0] += _dot(b_bot, w_keep_bot)
         b_over = _dot(b_bot, w_out_bot)
-        folded = np.array([a_top.sum() + a_bot.sum(), b_top.sum() + b_bot.sum()])
+        folded = np.array([a_top.sum() + a_bot_sum, b_top_sum + b_bot.sum()])
         # non-negative folds keep each entry's relative error; their rounding and the
         # moved atoms' relative error are absolute (the folded mass is tiny)
         over = np.array([a_over, b_over])
@@ -500,17 +524,18 @@ class SplitBuckets(BucketRepresentation):
         lo_a, hi_a = g / (1.0 + g), 1.0 / (1.0 + g)      # A weights to j-1 and j+1
         # odd j sits between even neighbours landing at k = (j-1)/2 and k + 1
         first_lo = base - (1 if odd_start < even_start else 0)
-        rows = []
-        for row, (w_lo, w_hi) in zip(self.rows, ((lo_a, hi_a), (hi_a, lo_a))):
-            out = np.zeros(new.size)
-            even = row[even_start::2]
-            out[base: base + len(even)] += even
-            odd = row[odd_start::2]
-            out[first_lo: first_lo + len(odd)] += odd * w_lo
-            out[first_lo + 1: first_lo + 1 + len(odd)] += odd * w_hi
-            rows.append(out)
+        # both rows at once (row A: weights (lo_a, hi_a), row B: (hi_a, lo_a))
+        w_lo = np.array([[lo_a], [hi_a]])
+        w_hi = np.array([[hi_a], [lo_a]])
+        out = np.zeros((2, new.size))
+        even = self.rows[:, even_start::2]
+        out[:, base: base + even.shape[1]] += even
+        odd = self.rows[:, odd_start::2]
+        k = odd.shape[1]
+        out[:, first_lo: first_lo + k] += odd * w_lo
+        out[:, first_lo + 1: first_lo + 1 + k] += odd * w_hi
         # column sums 1 (the weights' rounding is relative): the absolute part is kept
-        return SplitBuckets(new, np.vstack(rows), self.a_inf, self.b_minf, self.error,
+        return SplitBuckets(new, out, self.a_inf, self.b_minf, self.error,
                             self.compositions, 0.0, _rounded_relative(self.relative))
 
     def loss_moments(self):
@@ -536,13 +561,20 @@ class SplitBuckets(BucketRepresentation):
         """Loss interval outside which the A-mass above and the B-mass below are each at
         most ``tail`` (what folding into the infinity atoms may cost)."""
         A, B = self.rows
-        t = self.grid.losses
-        above = np.cumsum(A[::-1])[::-1]          # A-mass at indices >= i
-        below = np.cumsum(B)                      # B-mass at indices <= i
-        hi_idx = np.nonzero(above > tail)[0]
-        lo_idx = np.nonzero(below > tail)[0]
-        hi = float(t[hi_idx[-1]]) if len(hi_idx) else float(t[len(t) // 2])
-        lo = float(t[lo_idx[0]]) if len(lo_idx) else float(t[len(t) // 2])
+        g = self.grid
+        size = len(A)
+
+        def loss(i):                              # grid.losses[i]
+            return float(float(i - g.number_of_buckets + g.offset) * g.log_factor)
+
+        # A-mass at indices >= i is from_top[size - 1 - i]; the last i where it exceeds
+        # tail is the first such position of from_top (B likewise, from the bottom)
+        from_top = np.cumsum(A[::-1]) > tail
+        below = np.cumsum(B) > tail               # B-mass at indices <= i
+        j = int(np.argmax(from_top))
+        hi = loss(size - 1 - j) if from_top[j] else loss(size // 2)
+        k = int(np.argmax(below))
+        lo = loss(k) if below[k] else loss(size // 2)
         return min(lo, hi), max(lo, hi)
 
 
@@ -675,6 +707,31 @@ class GroupedBuckets(BucketRepresentation):
         a, b, ea, eb, sh = leaf_masses(pair, cuts, grid.log_factor)
         return (cls.from_masses(grid, a, b, ea, eb, infinities=pair.infinity_masses(),
                                 directions=directions, shift=sh),)
+
+    @classmethod
+    def leaves_by_direction(cls, pair, grid: Grid, directions) -> Dict[str, "GroupedBuckets"]:
+        """The one-direction leaves ``leaves(pair, grid, ("grouped-" + d,))`` for each d
+        in ``directions``, the masses computed once: every row's numbers depend on that
+        row alone, so they are those of separate calls."""
+        if len(directions) < 2:
+            return {d: cls.leaves(pair, grid, ("grouped-" + d,))[0] for d in directions}
+        both = cls.leaves(pair, grid, ("grouped",))[0]
+        return {d: both.one_direction(d) for d in directions}
+
+    def one_direction(self, direction: str) -> "GroupedBuckets":
+        """The rows and the infinity group of one of the directions held."""
+        start = 0
+        for d in self.directions:
+            if d == direction:
+                break
+            start += len(_ROW_KINDS[d])
+        else:
+            raise ValueError(f"direction must be one of {self.directions!r}, got {direction!r}")
+        part = slice(start, start + len(_ROW_KINDS[direction]))
+        return GroupedBuckets(self.grid, self.rows[part].copy(), self.error[part].copy(),
+                              self.compositions, self.a_inf if direction == "ab" else 0.0,
+                              self.b_minf if direction == "ba" else 0.0, (direction,),
+                              self.relative[part].copy(), self.log_scale[part].copy())
 
     @staticmethod
     def leaf_grid_points(grid: Grid) -> np.ndarray:

@@ -743,8 +743,10 @@ class Composer:
         return grid
 
     def _leaf(self, reps, pair, cfg):
-        """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order)."""
+        """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order); the
+        grouped directions asked for together share one computation of their masses."""
         out = []
+        grouped: dict = {}
         for rep in reps:
             key = (rep, "leaf", pair, cfg)
             value = self._cached(key)
@@ -757,8 +759,15 @@ class Composer:
                     value = BucketSet.leaf(pair, self._leaf_grid(pair, cfg, _leaf_cap(methods)),
                                            methods)
                 else:
-                    grid = self._leaf(("split",), pair, cfg)[0][0].grid
-                    value = GroupedBuckets.leaves(pair, grid, (rep,))[0]
+                    if rep not in grouped:
+                        grid = self._leaf(("split",), pair, cfg)[0][0].grid
+                        wanted = tuple(r for r in reps if isinstance(r, str)
+                                       and r.startswith("grouped-")
+                                       and (r, "leaf", pair, cfg) not in self._values)
+                        made = GroupedBuckets.leaves_by_direction(
+                            pair, grid, tuple(r[len("grouped-"):] for r in wanted))
+                        grouped.update((f"grouped-{d}", v) for d, v in made.items())
+                    value = grouped[rep]
                 self._remember(key, value)
             out.append(value)
         return tuple(out)

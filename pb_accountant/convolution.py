@@ -82,32 +82,69 @@ def _exact_bits(n_fft: int, l1, l2):
     """
     bound = convolution_l2_error(n_fft, l1, l2, l1, l2)
     b = np.floor(-np.log2(4.0 * np.maximum(bound, 1e-300)) / 2.0) - 1
-    return np.clip(b, 1, 24)
+    return np.minimum(np.maximum(b, 1.0), 24.0)     # np.clip, without its wrapper
 
 
 def _scaled(rows):
-    """Rows times 2^-e (exact) so that each row's maximum lies in [0.5, 1)."""
+    """Rows times 2^-e (exact) so that each row's maximum lies in [0.5, 1).
+
+    The power of two is applied as a product (exact, and correctly rounded where an
+    entry lands among the subnormals, like ``ldexp``) unless 2^-e itself would leave
+    the normal range, where ``ldexp`` is used."""
     tops = rows.max(axis=1)
     live = tops > 0
     e = np.zeros(len(rows), dtype=int)
     e[live] = np.frexp(tops[live])[1]
+    if len(e) and -1000 <= e.min() and e.max() <= 1000:
+        return rows * np.ldexp(1.0, -e)[:, None], e, live
     return np.ldexp(rows, -e[:, None]), e, live
 
 
 def _row_norms(v):
-    return np.abs(v).sum(axis=1), np.sqrt(np.einsum("ij,ij->i", v, v))
+    """(l1, l2) norm of every row (last axis) of an array, flattened over the others
+    (each row is reduced alone, so the layout around it does not change the numbers)."""
+    return (np.abs(v).sum(axis=-1).reshape(-1),
+            np.sqrt(np.einsum("...i,...i->...", v, v)).reshape(-1))
 
 
 def _round_to(v, step):
     """v = part + rest exactly, part on the grid ``step`` (a power of two per row)."""
-    part = np.round(v / step) * step
+    part = np.rint(v / step)
+    part *= step
     rest = v - part
-    rest[np.abs(rest) < _TINY] = 0.0
+    tiny = np.abs(rest) < _TINY
+    if tiny.any():
+        rest[tiny] = 0.0
     return part, rest
+
+
+def _round_into(v, step, part, rest=None):
+    """``_round_to`` writing the part into ``part`` (and the rest into ``rest``, if
+    given); returns the rest."""
+    np.divide(v, step, out=part)
+    np.rint(part, out=part)
+    part *= step
+    rest = np.subtract(v, part, out=rest)
+    tiny = np.abs(rest) < _TINY
+    if tiny.any():
+        rest[tiny] = 0.0
+    return rest
+
+
+def _fft_input(parts, n: int):
+    """The transform's input: ``parts`` (groups, k, rows, m), part j of the rows of
+    operand g at [g, j], zero-padded to length n and listed as (groups k, rows, n): the
+    parts of x, then those of y.  (``np.zeros``: a large input's padding stays zero
+    pages, never written.)"""
+    groups, k, rows, m = parts.shape
+    out = np.zeros((groups * k, rows, n))
+    out.reshape(groups, k, rows, n)[..., :m] = parts
+    return out
 
 
 def _pair_bound(n_fft, na, nb):
     return convolution_l2_error(n_fft, na[0], na[1], nb[0], nb[1])
+
 
 
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
@@ -121,60 +158,65 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     ``tolerance`` (``_split_plan`` checks before the transform that every level of the
     split is recovered exactly); the products of the leading parts are recovered
     exactly by rounding to their grids, only the rest carries round-off.
+
+    The rows of x and y are scaled, split and measured together (one stacked array:
+    every operation is row by row, so the numbers are those of separate passes).
     """
     rows, m = x.shape
     n_fft = fft_length(m)
     same = y is None
-    xs, ex, live_x = _scaled(x)
+    both = x if same else np.concatenate((x, y))
+    bs, eb, live_b = _scaled(both)
     if same:
-        ys, ey, live = xs, ex, live_x
+        ex = ey = eb
+        live = live_b
     else:
-        ys, ey, live_y = _scaled(y)
-        live = live_x & live_y
-    l1x, l2x = _row_norms(xs)
-    l1y, l2y = (l1x, l2x) if same else _row_norms(ys)
-    bits = np.minimum(_exact_bits(n_fft, l1x, l2x), _exact_bits(n_fft, l1y, l2y))
+        ex, ey = eb[:rows], eb[rows:]
+        live = live_b[:rows] & live_b[rows:]
+    l1b, l2b = _row_norms(bs)
+    eb_bits = _exact_bits(n_fft, l1b, l2b)
+    bits = eb_bits if same else np.minimum(eb_bits[:rows], eb_bits[rows:])
     s0 = np.ldexp(1.0, -bits.astype(int))[:, None]
-    hx, rx = _round_to(xs, s0)
-    hy, ry = (hx, rx) if same else _round_to(ys, s0)
-    n_hx, n_rx = _row_norms(hx), _row_norms(rx)
-    n_hy, n_ry = (n_hx, n_rx) if same else (_row_norms(hy), _row_norms(ry))
-    two_way = (_pair_bound(n_fft, n_hx, n_ry) + _pair_bound(n_fft, n_rx, n_hy)
-               + _pair_bound(n_fft, n_rx, n_ry)) * 1.5 * math.sqrt(n_fft)
+    # the two-way split, written where the two-way transform reads it: [g, 0] the hi
+    # part, [g, 1] the rest of the rows of operand g (x, then y)
+    groups = 1 if same else 2
+    split2 = np.empty((groups, 2, rows, m))
+    hb = split2[:, 0]
+    rb = _round_into(bs.reshape(groups, rows, m), s0[None], hb, split2[:, 1])
+    l1h, l2h = _row_norms(hb)
+    l1r, l2r = _row_norms(rb)
+    if same:
+        n_hx = n_hy = (l1h, l2h)
+        n_rx = n_ry = (l1r, l2r)
+    else:
+        n_hx, n_hy = (l1h[:rows], l2h[:rows]), (l1h[rows:], l2h[rows:])
+        n_rx, n_ry = (l1r[:rows], l2r[:rows]), (l1r[rows:], l2r[rows:])
+    pb_hxry = _pair_bound(n_fft, n_hx, n_ry)
+    pb_rxhy = _pair_bound(n_fft, n_rx, n_hy)
+    pb_rr = _pair_bound(n_fft, n_rx, n_ry)
+    two_way = (pb_hxry + pb_rxhy + pb_rr) * 1.5 * math.sqrt(n_fft)
     scale = np.ldexp(1.0, (ex + ey).astype(int))
-    three_way = bool(np.any(two_way * scale > tolerance))
+    three_way = bool((two_way * scale > tolerance).any())
     if three_way:
         # more parts on grids s0 2^{-j b}: the products p_i * q_j with i + j = l all
         # lie on the grid s0^2 2^{-l b}; levels whose certified FFT error stays below a
         # quarter of their grid are recovered exactly, only the rest carries round-off
-        pb_hr = _pair_bound(n_fft, n_hx, n_ry) + _pair_bound(n_fft, n_rx, n_hy)
-        pb_rr = _pair_bound(n_fft, n_rx, n_ry)
+        pb_hr = pb_hxry + pb_rxhy
         s0v = s0[:, 0]
         b1 = np.floor(np.log2(s0v ** 2 / np.maximum(8.0 * pb_hr, 1e-300)))
         b2 = np.floor(np.log2(s0v ** 2 / np.maximum(8.0 * pb_rr, 1e-300)) / 2.0)
         b = np.clip(np.minimum(b1, b2) - 3, 1, 40)      # room for the sums of a level
         step = np.ldexp(1.0, -b.astype(int))
         k = 3
-        while k < _MAX_PARTS and np.any(two_way * scale * step ** (k - 2) > tolerance):
+        while k < _MAX_PARTS and (two_way * scale * step ** (k - 2) > tolerance).any():
             k += 1
-        plan = _split_plan(hx, rx, hy, ry, s0v, b, k, n_fft, same, scale, tolerance)
-        px, py, k, grids, bounds, rest = plan
-        spectra = _rfft(_stacked(px if same else px + py, n_fft), n_fft)
-        fx = spectra[:k]
-        fy = fx if same else spectra[k:]
-        levels = k - 1                      # exact levels 0 .. k-2, then the rest
-        products = np.zeros((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
-        for i in range(k):
-            for j in range(k):
-                if same and j < i:
-                    continue
-                pair = fx[i] * fy[j]
-                if same and i != j:
-                    pair *= 2.0
-                l = i + j
-                products[l if (l < levels and i < k - 1 and j < k - 1) else levels] += pair
+        parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
+                                                    tolerance)
+        spectra = _rfft(_fft_input(parts, n_fft), n_fft)
+        products = _level_products(spectra, k, same)
     else:
-        spectra = _rfft(_stacked([hx, rx] if same else [hx, rx, hy, ry], n_fft), n_fft)
+        # order of the transform's input: hx, rx (, hy, ry)
+        spectra = _rfft(_fft_input(split2, n_fft), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -196,12 +238,21 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     l2_err = np.asarray(rest, dtype=float).copy()
     fine_l1 = np.zeros(rows)
     # finest level first: every partial sum is then x*y minus the coarser levels
-    for j, (grid, bound) in reversed(list(enumerate(zip(grids, bounds)))):
+    for j in range(len(grids) - 1, -1, -1):
+        grid, bound = grids[j], bounds[j]
         part = results[j, :, : 2 * m - 1]
         exact = bound < 0.25 * grid
         g = grid[:, None]
-        z += np.where(exact[:, None], np.round(part / g) * g, part)      # exact rows
-        l2_err += np.where(exact, 0.0, bound)
+        if exact.all():
+            rounded = np.rint(part / g)
+            rounded *= g
+            z += rounded
+        elif not exact.any():
+            z += part
+            l2_err += bound
+        else:
+            z += np.where(exact[:, None], np.rint(part / g) * g, part)      # exact rows
+            l2_err += np.where(exact, 0.0, bound)
         if j >= _RELATIVE_LEVELS:
             # a level beyond the last four: its addition's rounding, at most u times the
             # partial sum, is charged as absolute (the fine parts hold little mass), so
@@ -217,9 +268,31 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     l1_err = ((fft_l1 + fine + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1 + fine))
               * (1 + 1e-9) + _TINY * z.shape[1])
     z *= scale[:, None]
-    z[~live] = 0.0
+    if not live.all():
+        z[~live] = 0.0
     errors = np.where(live, l1_err * scale, 0.0)
     return z, errors
+
+
+def _level_products(spectra, k: int, same: bool):
+    """Per exact level l = 0..k-2 the sum of the spectra's products p_i q_j with
+    i + j = l (i, j < k - 1), then the sum of all other products, each sum taken in the
+    order i = 0..k-1, j = 0..k-1 (``same``: j >= i, the mixed products doubled)."""
+    fx = spectra[:k]
+    fy = fx if same else spectra[k:]
+    levels = k - 1
+    products = np.zeros((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
+    pair = np.empty(spectra.shape[1:], dtype=spectra.dtype)
+    for i in range(k):
+        for j in range(k):
+            if same and j < i:
+                continue
+            np.multiply(fx[i], fy[j], out=pair)
+            if same and i != j:
+                pair *= 2.0
+            l = i + j
+            products[l if (l < levels and i < k - 1 and j < k - 1) else levels] += pair
+    return products
 
 
 #: most parts a row is split into (hi, mids, rest): each further part recovers about
@@ -228,35 +301,61 @@ _MAX_PARTS = 8
 
 
 def _parts(hi, rest, s0, step, k):
-    """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact)."""
-    parts = [hi]
+    """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact).
+
+    ``hi``, ``rest``: (groups, rows, m), the two-way split of the rows of each operand;
+    ``s0``, ``step``: per row.  Returns the parts as (groups, k, rows, m)."""
+    groups, rows, m = hi.shape
+    parts = np.empty((groups, k, rows, m))
+    parts[:, 0] = hi
+    if k == 2:
+        parts[:, 1] = rest
     grid = s0
-    for _ in range(k - 2):
+    for j in range(1, k - 1):
         grid = grid * step
-        part, rest = _round_to(rest, grid[:, None])
-        parts.append(part)
-    parts.append(rest)
+        rest = _round_into(rest, grid[None, :, None], parts[:, j],
+                           parts[:, k - 1] if j == k - 2 else None)
     return parts
 
 
-def _level_bounds(n_fft, nx, ny, k, same):
-    """Certified l2 bounds of the FFT error of each exact level 0..k-2 (times 1.5 for
-    the sum of its products) and of the rest (times 2), from the parts' norms."""
+@functools.lru_cache(maxsize=64)
+def _level_terms(k: int, same: bool):
+    """Index arrays (i, j) and weights of the products of each exact level 0..k-2 and of
+    the rest, in the order i = 0..k-1, j = 0..k-1 (``same``: j >= i, mixed ones x2)."""
     levels = k - 1
-    bounds = [np.zeros_like(nx[0][0]) for _ in range(levels)]
-    rest = np.zeros_like(nx[0][0])
+    terms = [[] for _ in range(levels + 1)]
     for i in range(k):
         for j in range(k):
             if same and j < i:
                 continue
             weight = 1.0 if (not same or i == j) else 2.0
-            bound = _pair_bound(n_fft, nx[i], ny[j]) * weight
             l = i + j
-            if l < levels and i < k - 1 and j < k - 1:
-                bounds[l] = bounds[l] + bound
-            else:
-                rest = rest + bound
-    return [bd * 1.5 for bd in bounds], rest * 2.0
+            terms[l if (l < levels and i < k - 1 and j < k - 1) else levels].append(
+                (i, j, weight))
+    out = []
+    for group in terms:
+        ii = np.array([t[0] for t in group], dtype=np.intp)
+        jj = np.array([t[1] for t in group], dtype=np.intp)
+        w = np.array([t[2] for t in group])[:, None]
+        out.append((ii, jj, w))
+    return tuple(out)
+
+
+def _level_bounds(n_fft, l1x, l2x, l1y, l2y, k, same):
+    """Certified l2 bounds of the FFT error of each exact level 0..k-2 (times 1.5 for
+    the sum of its products) and of the rest (times 2), from the parts' norms (arrays
+    (k, rows): part i of x has norms l1x[i], l2x[i]).
+
+    Each pair's bound is ``convolution_l2_error`` of its norms, and each level's sum is
+    taken in the order i = 0..k-1, j = 0..k-1 (a running sum, ``np.cumsum``)."""
+    c = _SAFETY * (3.0 * fft_relative_error(n_fft) + 5.0 * UNIT_ROUNDOFF)
+    pair = c * (l1x[:, None, :] * l2y[None, :, :] + l1y[None, :, :] * l2x[:, None, :]) \
+        * (1 + 1e-6)
+    sums = []
+    for ii, jj, w in _level_terms(k, same):
+        terms = pair[ii, jj] * w
+        sums.append(np.cumsum(terms, axis=0)[-1])
+    return [bd * 1.5 for bd in sums[:-1]], sums[-1] * 2.0
 
 
 #: most (b, k) choices ``_split_plan`` tries per convolution (each costs k roundings of
@@ -264,9 +363,11 @@ def _level_bounds(n_fft, nx, ny, k, same):
 _PLAN_TRIES = 16
 
 
-def _split_plan(hx, rx, hy, ry, s0, b, k, n_fft, same, scale, tolerance):
+def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
     """Parts and certified level bounds for a split into k parts of b bits (per row).
 
+    ``hb``, ``rb``: (groups, rows, m), the two-way split of the rows of x and (``same``
+    False) of y; the parts are returned as (groups, k, rows, m).
     The first guess for b comes from the two-way split's norms, but a deep level
     p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
     lands in part j or later), so its bound may exceed a quarter of its grid and the
@@ -276,48 +377,55 @@ def _split_plan(hx, rx, hy, ry, s0, b, k, n_fft, same, scale, tolerance):
     part is taken (up to ``_MAX_PARTS``).  Of the plans tried, the first that meets both
     is used, else the one with the smallest certified error.
     """
+    rows = len(s0)
     b = np.array(b, dtype=float)
     best = None
     for _ in range(_PLAN_TRIES):
         step = np.ldexp(1.0, -b.astype(int))
-        px = _parts(hx, rx, s0, step, k)
-        py = px if same else _parts(hy, ry, s0, step, k)
-        nx = [_row_norms(p) for p in px]
-        ny = nx if same else [_row_norms(p) for p in py]
-        bounds, rest = _level_bounds(n_fft, nx, ny, k, same)
+        parts = _parts(hb, rb, s0, step, k)
+        # norms per (part, row), the rows of x then those of y
+        l1, l2 = _row_norms(parts.transpose(1, 0, 2, 3))
+        l1 = l1.reshape(k, -1)
+        l2 = l2.reshape(k, -1)
+        if same:
+            bounds, rest = _level_bounds(n_fft, l1, l2, l1, l2, k, True)
+        else:
+            bounds, rest = _level_bounds(n_fft, l1[:, :rows], l2[:, :rows], l1[:, rows:],
+                                         l2[:, rows:], k, False)
         grids = [s0 * s0 * step ** l for l in range(k - 1)]
         inexact = np.zeros(len(b), dtype=bool)
         total = np.asarray(rest, dtype=float).copy()
         for bd, g in zip(bounds, grids):
             miss = ~(bd < 0.25 * g)
-            inexact |= miss
-            total += np.where(miss, bd, 0.0)
+            if miss.any():
+                inexact |= miss
+                total += np.where(miss, bd, 0.0)
         err = math.sqrt(n_fft) * total * scale
         score = float(np.max(err))
         if best is None or score < best[0]:
-            best = (score, (px, py, k, grids, bounds, rest))
-        if np.any(inexact & (b > 1)):
+            best = (score, (parts, k, grids, bounds, rest))
+        if (inexact & (b > 1)).any():
             b = np.where(inexact, np.maximum(b - 1, 1), b)
-        elif np.any(err > tolerance) and k < _MAX_PARTS:
+        elif (err > tolerance).any() and k < _MAX_PARTS:
             k += 1
         else:
             break
     return best[1]
 
 
-def _stacked(parts, n):
-    """The parts zero-padded to the transform length n in one array (the transform then
-    needs no padded copy of its own)."""
-    rows, m = parts[0].shape
-    out = np.zeros((len(parts), rows, n))
-    for i, p in enumerate(parts):
-        out[i, :, :m] = p
-    return out
+#: transforms of fewer values than this run on one thread (starting threads costs
+#: more than it saves; the transform of a row does not depend on the thread count)
+_THREADED_SIZE = 2 ** 18
+
+
+def _workers(a, n: int) -> int:
+    """Threads for transforms of length n of the rows of ``a``."""
+    return _WORKERS if (a.size // a.shape[-1]) * n >= _THREADED_SIZE else 1
 
 
 def _rfft(a, n):
-    return _fft.rfft(a, n=n, axis=-1, workers=_WORKERS)
+    return _fft.rfft(a, n=n, axis=-1, workers=_workers(a, n))
 
 
 def _irfft(a, n):
-    return _fft.irfft(a, n=n, axis=-1, workers=_WORKERS)
+    return _fft.irfft(a, n=n, axis=-1, workers=_workers(a, n))

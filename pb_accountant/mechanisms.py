@@ -98,14 +98,14 @@ def normal_interval_mass(lo, hi) -> np.ndarray:
     reach = np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
                        np.abs(np.where(np.isfinite(hi), hi, 0.0)))
     narrow = finite & (width * (reach + width) < 1.0)
-    if np.any(narrow):
+    if narrow.any():
         l, h = lo[narrow], hi[narrow]
         half = 0.5 * (h - l)
         mid = 0.5 * (h + l)
         z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
         out[narrow] = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
     wide = valid & ~narrow
-    if np.any(wide):
+    if wide.any():
         l, h = lo[wide], hi[wide]
         right = l >= 0.0
         left = h <= 0.0
@@ -133,7 +133,6 @@ def normal_x_interval_mass(x, mean: float, scale: float):
     """
     x = np.asarray(x, dtype=float)
     lo, hi = x[:-1], x[1:]
-    u = _U
     with np.errstate(invalid="ignore", over="ignore"):
         zl, zh = (lo - mean) / scale, (hi - mean) / scale
         valid = hi > lo
@@ -144,8 +143,8 @@ def normal_x_interval_mass(x, mean: float, scale: float):
         narrow = finite & (width * (reach + width) < 1.0)
     mass = np.zeros(lo.shape)
     err = np.zeros(lo.shape)
-    if np.any(narrow):
-        every = bool(np.all(narrow))
+    if narrow.any():
+        every = bool(narrow.all())
         l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
         m, rel = _narrow_masses(l, h, mean, scale)
         if every:
@@ -154,17 +153,23 @@ def normal_x_interval_mass(x, mean: float, scale: float):
             mass[narrow] = m
             err[narrow] = rel * m * (1 + 1e-9)
     wide = valid & ~narrow
-    if np.any(wide):
-        l, h = zl[wide], zh[wide]
-        m = normal_interval_mass(l, h)
-        # the standardised end points carry 3u (|x| + |mean|) / scale: the mass within
-        # that of each end may belong to the neighbouring interval
-        dl = 3.03 * u * (np.abs(np.where(np.isfinite(lo[wide]), lo[wide], 0.0)) + abs(mean)) / scale
-        dh = 3.03 * u * (np.abs(np.where(np.isfinite(hi[wide]), hi[wide], 0.0)) + abs(mean)) / scale
-        mass[wide] = m
-        err[wide] = (normal_interval_error(l, h, m) + endpoint_mass(l, dl)
-                     + endpoint_mass(h, dh)) * (1 + 1e-9)
+    if wide.any():
+        mass[wide], err[wide] = _wide_masses(zl[wide], zh[wide], lo[wide], hi[wide], mean,
+                                             scale)
     return mass, err
+
+
+def _wide_masses(zl, zh, xl, xh, mean, scale: float):
+    """Masses of wide intervals by the CDF difference of the standardised end points
+    ``zl``, ``zh`` (of ``xl``, ``xh``), with their error bounds: the end points carry
+    3u (|x| + |mean|) / scale, and the mass within that of each end may belong to the
+    neighbouring interval (``endpoint_mass``)."""
+    u = _U
+    m = normal_interval_mass(zl, zh)
+    dl = 3.03 * u * (np.abs(np.where(np.isfinite(xl), xl, 0.0)) + np.abs(mean)) / scale
+    dh = 3.03 * u * (np.abs(np.where(np.isfinite(xh), xh, 0.0)) + np.abs(mean)) / scale
+    return m, (normal_interval_error(zl, zh, m) + endpoint_mass(zl, dl)
+               + endpoint_mass(zh, dh)) * (1 + 1e-9)
 
 
 #: relative error bound of ``_narrow_masses`` besides the rule's truncation and the
@@ -235,13 +240,55 @@ def _node_sum(a, b, nodes, weights):
     return acc
 
 
+#: end points up to which ``normal_x_interval_masses`` treats several means in one pass
+_BATCHED_MEANS_UP_TO = 4096
+
+
+def normal_x_interval_masses(x, means, scale: float):
+    """``normal_x_interval_mass`` for several means on the same end points at once:
+    arrays (len(means), len(x) - 1) of masses and error bounds.  Every entry goes
+    through the operations it would alone (all of them elementwise), so the numbers are
+    those of one call per mean; the batch only saves the calls' fixed costs."""
+    x = np.asarray(x, dtype=float)
+    if len(means) == 1 or len(x) > _BATCHED_MEANS_UP_TO:
+        # long rows: the calls' fixed costs are small, batched indexing is not
+        rows = [normal_x_interval_mass(x, m, scale) for m in means]
+        return np.vstack([r[0] for r in rows]), np.vstack([r[1] for r in rows])
+    lo, hi = x[:-1], x[1:]
+    mu = np.asarray(means, dtype=float)[:, None]
+    shape = (len(mu), len(lo))
+    with np.errstate(invalid="ignore", over="ignore"):
+        zl, zh = (lo - mu) / scale, (hi - mu) / scale
+        valid = hi > lo
+        finite = valid & np.isfinite(lo) & np.isfinite(hi)
+        width = np.where(finite, zh - zl, np.inf)
+        reach = np.maximum(np.abs(np.where(np.isfinite(zl), zl, 0.0)),
+                           np.abs(np.where(np.isfinite(zh), zh, 0.0)))
+        narrow = finite & (width * (reach + width) < 1.0)
+    mass = np.zeros(shape)
+    err = np.zeros(shape)
+    if narrow.any():
+        l = np.broadcast_to(lo, shape)[narrow]
+        h = np.broadcast_to(hi, shape)[narrow]
+        mean = np.broadcast_to(mu, shape)[narrow]
+        m, rel = _narrow_masses(l, h, mean, scale)
+        mass[narrow] = m
+        err[narrow] = rel * m * (1 + 1e-9)
+    wide = valid & ~narrow
+    if wide.any():
+        mass[wide], err[wide] = _wide_masses(
+            zl[wide], zh[wide], np.broadcast_to(lo, shape)[wide],
+            np.broadcast_to(hi, shape)[wide], np.broadcast_to(mu, shape)[wide], scale)
+    return mass, err
+
+
 def _monotone_end_points(x, dx):
     """x made non-decreasing (rounding may break monotonicity) and the error bounds of
     the result: an end point replaced by an earlier, larger one is within the larger of
     the two bounds of its exact value (the exact end points increase)."""
     fixed = np.maximum.accumulate(x)
     changed = fixed != x
-    if np.any(changed):
+    if changed.any():
         dx = np.where(changed, np.maximum.accumulate(dx), dx)
     return fixed, dx
 
@@ -319,8 +366,22 @@ class MechanismPair:
 
     # -- public -----------------------------------------------------------------------
     def bucket_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
-        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``."""
-        a, b, _, _ = self.bucket_masses_with_error(t)
+        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``
+        (those of ``bucket_masses_with_error``, without forming the error bounds)."""
+        t = np.asarray(t, dtype=float)
+        losses, a_at, b_at = self._atoms()
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        if self.swapped:
+            cb, ca = self._continuous_masses(-t[::-1])
+            ca, cb = ca[::-1], cb[::-1]
+        else:
+            ca, cb = self._continuous_masses(t)
+        return a + ca, b + cb
+
+    def _continuous_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
+        """(a, b) of the atom-free part: the masses ``_continuous_with_error`` returns
+        (a pair may compute them without the error bounds)."""
+        a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
     def bucket_masses_with_error(self, t):
@@ -410,14 +471,15 @@ class SubsampledGaussian(MechanismPair):
         check_noise_multiplier(self.noise_multiplier, allow_zero=False)
         check_sample_rate(self.sample_rate, allow_zero=False)
 
-    def _x_of_loss(self, t):
+    def _x_of_loss(self, t, _inner=None):
+        """End point x(t); ``_inner``: ``_inner_parts(t)`` if already computed."""
         s2 = self.noise_multiplier ** 2
         q = self.sample_rate
         t = np.asarray(t, dtype=float)
         if q == 1.0:
             return s2 * t + 0.5
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            inner = self._inner(t)
+            inner = (self._inner_parts(t) if _inner is None else _inner)[0]
             x = s2 * inner + 0.5
         return np.where(t <= math.log1p(-q), -np.inf, x)
 
@@ -425,12 +487,18 @@ class SubsampledGaussian(MechanismPair):
         """log((e^t - (1-q)) / q): log1p(expm1(t) / q) (no subtraction of log q, whose
         rounding would cost u |log q| at every end point), and for t > 30, where
         expm1(t) / q could overflow, t - log q + log1p((q-1) e^{-t})."""
+        return self._inner_parts(t)[0]
+
+    def _inner_parts(self, t):
+        """(``_inner(t)``, expm1(t) / q with t > 30 read as 0): the second is reused by
+        ``_x_error``."""
         q = self.sample_rate
         big = t > 30.0
         small_t = np.where(big, 0.0, t)
-        y = np.maximum(np.expm1(small_t) / q, -1.0)
+        y_raw = np.expm1(small_t) / q
+        y = np.maximum(y_raw, -1.0)
         return np.where(big, t - math.log(q) + np.log1p((q - 1.0) * np.exp(-np.where(big, t, 30.0))),
-                        np.log1p(y))
+                        np.log1p(y)), y_raw
 
     def _loss_of_x(self, x):
         s2 = self.noise_multiplier ** 2
@@ -444,10 +512,11 @@ class SubsampledGaussian(MechanismPair):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
-    def _x_error(self, t, x):
+    def _x_error(self, t, x, _inner=None):
         """Bound on |x(t) computed - x(t)| (the end points' own round-off), from the
         condition of each step of ``_x_of_loss`` with exp/expm1/log/log1p good to one
-        ulp and 2u of room per step (docs/floating-point.md)."""
+        ulp and 2u of room per step (docs/floating-point.md); ``_inner``:
+        ``_inner_parts(t)`` if already computed."""
         u = _U
         s2 = self.noise_multiplier ** 2
         q = self.sample_rate
@@ -458,22 +527,43 @@ class SubsampledGaussian(MechanismPair):
         lq = abs(math.log(q))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             big = t > 30.0
-            inner = np.abs(self._inner(t))
+            raw, y = self._inner_parts(t) if _inner is None else _inner
+            inner = np.abs(raw)
             # t <= 30: y = expm1(t) / q carries 3u (expm1, the division), log1p turns
             # that into 3u |y| / (1 + y) and adds its own ulp; t > 30: each of the
             # three terms and two sums costs an ulp of t + |log q| + 1
-            y = np.expm1(np.where(big, 0.0, t)) / q
             d_small = 3.03 * u * np.abs(y) / (1.0 + y) + 2.0 * u * inner
             d_big = 4.0 * u * (np.abs(t) + lq + 1.0)
             dinner = np.where(big, d_big, d_small)
             dx = (s2 * (dinner + 2.0 * u * inner) + 2.0 * u * ax) * 1.01
         return np.where(np.isfinite(x), dx, 0.0)
 
+    def _inner_once(self, t):
+        """``_inner_parts(t)`` where the end points need it (q < 1), else None."""
+        if self.sample_rate == 1.0:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self._inner_parts(t)
+
+    def _continuous_masses(self, t):
+        """The masses of ``_continuous_with_error`` without their error bounds."""
+        s = self.noise_multiplier
+        q = self.sample_rate
+        x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
+        x = np.maximum.accumulate(x)
+        b = normal_interval_mass(x[:-1] / s, x[1:] / s)
+        a1 = normal_interval_mass((x[:-1] - 1.0) / s, (x[1:] - 1.0) / s)
+        if q == 1.0:
+            return a1, b
+        return (1.0 - q) * b + q * a1, b
+
     def _continuous_with_error(self, t):
         s = self.noise_multiplier
         q = self.sample_rate
-        xt = self._x_of_loss(t)
-        dx = np.concatenate(([0.0], self._x_error(t, xt), [0.0]))
+        t = np.asarray(t, dtype=float)
+        inner = self._inner_once(t)
+        xt = self._x_of_loss(t, inner)
+        dx = np.concatenate(([0.0], self._x_error(t, xt, inner), [0.0]))
         x = np.concatenate(([-np.inf], xt, [np.inf]))
         x = np.maximum.accumulate(x)  # guards against rounding making it non-monotone
         z0l, z0h = x[:-1] / s, x[1:] / s
@@ -502,15 +592,16 @@ class SubsampledGaussian(MechanismPair):
         s = self.noise_multiplier
         q = self.sample_rate
         t = np.asarray(t, dtype=float)
-        xt = self._x_of_loss(t)
+        inner = self._inner_once(t)
+        xt = self._x_of_loss(t, inner)
         x, dx = _monotone_end_points(np.concatenate(([-np.inf], xt, [np.inf])),
-                                     np.concatenate(([0.0], self._x_error(t, xt), [0.0])))
+                                     np.concatenate(([0.0], self._x_error(t, xt, inner),
+                                                     [0.0])))
         shift = dx[1:-1] / (s * s) * 1.01
         if q < 1.0:
             # end points set to -inf below log(1 - q): that threshold's rounding
             shift = np.where(np.isneginf(x[1:-1]), shift + 4.0 * _U * (np.abs(t) + 1.0), shift)
-        b, eb = normal_x_interval_mass(x, 0.0, s)
-        a1, ea1 = normal_x_interval_mass(x, 1.0, s)
+        (b, a1), (eb, ea1) = normal_x_interval_masses(x, (0.0, 1.0), s)
         if q == 1.0:
             return a1, b, ea1, eb, shift
         a = (1.0 - q) * b + q * a1
@@ -608,8 +699,7 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         x, dx = _monotone_end_points(x, np.concatenate(([0.0], dxt, [0.0])))
         shift = dx[1:-1] * s / (sd * sd) * 1.01
         Z = self._norm()
-        b, eb = normal_x_interval_mass(x, 0.0, sd)
-        a, ea = normal_x_interval_mass(x, s, sd)
+        (b, a), (eb, ea) = normal_x_interval_masses(x, (0.0, s), sd)
         rel_z = 0.0 if self.truncation is None else 1e-14
         return a / Z, b / Z, ea / Z + rel_z * a, eb / Z + rel_z * b, shift
 

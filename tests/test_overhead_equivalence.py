@@ -1,0 +1,194 @@
+"""The shortcuts that cut per-operation costs give the very floats of the plain
+computations they replace (bitwise, not within a tolerance): the masses without their
+error bounds, the A and B components of a leaf in one pass, the grouped directions
+built together, the split pair's bookkeeping, and the convolution's helpers.  The
+premise of batching rows into one transform (a row's transform does not depend on the
+rows beside it or on the thread count) is checked too."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import fft as sfft
+
+from pb_accountant import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
+from pb_accountant.buckets import GroupedBuckets, Grid, SplitBuckets
+from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_to,
+                                       _row_norms, _scaled, convolve_rows, fft_length)
+from pb_accountant.mechanisms import normal_x_interval_mass, normal_x_interval_masses
+from pb_accountant.subsampled_laplace import SubsampledLaplace
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+PAIRS = [SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.7, 1.0),
+         SubsampledGaussian(6.0, 1.7e-4), Gaussian(2.0), Gaussian(1.5, truncation=4.0),
+         Laplace(2.0), RandomizedResponse(0.6), SubsampledLaplace(2.0, 0.05)]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=repr)
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_bucket_masses_are_those_with_error_bounds(pair, mirrored):
+    p = pair.mirrored() if mirrored else pair
+    t = np.linspace(-3.0, 3.0, 777)
+    a, b = p.bucket_masses(t)
+    a2, b2, _, _ = p.bucket_masses_with_error(t)
+    assert same_bits(a, a2) and same_bits(b, b2)
+    assert a.sum() > 0.5 and b.sum() > 0.5               # not vacuous: real masses
+
+
+@pytest.mark.parametrize("count", [40, 3000, 9000])       # batched and per-mean paths
+def test_several_means_in_one_pass(rng, count):
+    scale = 1.3
+    x = np.sort(rng.normal(0.0, 4.0, count))
+    x = np.concatenate(([-np.inf, -np.inf], x, [x[-1], np.inf]))   # empty and wide ones
+    means = (0.0, 1.0, -2.5)
+    mass, err = normal_x_interval_masses(x, means, scale)
+    for k, mean in enumerate(means):
+        m1, e1 = normal_x_interval_mass(x, mean, scale)
+        assert same_bits(mass[k], m1) and same_bits(err[k], e1)
+    assert mass.sum() > 2.9
+
+
+@pytest.mark.parametrize("q", [1e-4, 0.02, 0.7])
+def test_end_points_with_the_inner_term_passed_in(q):
+    pair = SubsampledGaussian(0.9, q)
+    t = np.linspace(-1.0, 45.0, 501)                     # both branches (t > 30)
+    inner = pair._inner_parts(t)
+    x = pair._x_of_loss(t)
+    assert same_bits(x, pair._x_of_loss(t, inner))
+    assert same_bits(pair._x_error(t, x), pair._x_error(t, x, inner))
+    assert same_bits(pair._inner(t), inner[0])
+
+
+@pytest.mark.parametrize("pair", [SubsampledGaussian(1.1, 0.01), Laplace(1.0),
+                                  RandomizedResponse(0.75)], ids=repr)
+def test_grouped_directions_built_together(pair):
+    grid = Grid(2.0 ** -7, 510, 3)
+    made = GroupedBuckets.leaves_by_direction(pair, grid, ("ab", "ba"))
+    for d in ("ab", "ba"):
+        alone = GroupedBuckets.leaves(pair, grid, ("grouped-" + d,))[0]
+        got = made[d]
+        assert got.directions == alone.directions == (d,)
+        for field in ("rows", "error", "relative", "log_scale"):
+            assert same_bits(getattr(got, field), getattr(alone, field)), field
+        assert (got.a_inf, got.b_minf) == (alone.a_inf, alone.b_minf)
+        assert got.compositions == alone.compositions
+    with pytest.raises(ValueError, match="direction"):
+        GroupedBuckets.leaves(pair, grid, ("grouped-ab",))[0].one_direction("ba")
+
+
+def test_grid_arrays_are_the_formula_and_read_only():
+    for grid in (Grid(0.01, 100, 7), Grid(2.0 ** -12, 5000, -300)):
+        n = grid.number_of_buckets
+        idx = np.arange(-n, n + 1) + grid.offset
+        assert np.array_equal(grid.indices, idx)
+        assert same_bits(grid.losses, idx.astype(float) * grid.log_factor)
+        with pytest.raises(ValueError):
+            grid.losses[0] = 1.0
+
+
+def _split(rng, n=300, offset=5):
+    grid = Grid(2.0 ** -6, n, offset)
+    rows = rng.random((2, grid.size)) ** 30
+    rows[:, :20] = 0.0
+    return SplitBuckets(grid, rows, 1e-12, 2e-13, np.array([1e-15, 2e-15]), 3, 0.0,
+                        np.array([1e-14, 3e-14]))
+
+
+def test_needed_window_is_the_plain_scan(rng):
+    for _ in range(20):
+        s = _split(rng, 2 * int(rng.integers(16, 200)), int(rng.integers(-50, 50)))
+        tail = float(10.0 ** rng.uniform(-30, 2))
+        A, B = s.rows
+        t = s.grid.losses
+        hi_idx = np.nonzero(np.cumsum(A[::-1])[::-1] > tail)[0]
+        lo_idx = np.nonzero(np.cumsum(B) > tail)[0]
+        hi = float(t[hi_idx[-1]]) if len(hi_idx) else float(t[len(t) // 2])
+        lo = float(t[lo_idx[0]]) if len(lo_idx) else float(t[len(t) // 2])
+        got = s.needed_window(tail)
+        assert got == (min(lo, hi), max(lo, hi))
+        assert all(type(v) is float for v in got)
+
+
+def test_squared_is_the_row_by_row_split(rng):
+    for offset in (0, 1, -7, 12):
+        s = _split(rng, 200, offset)
+        sq = s.squared()
+        g = math.exp(-s.grid.log_factor)
+        lo_a, hi_a = g / (1.0 + g), 1.0 / (1.0 + g)
+        from pb_accountant.buckets import _parity_slices
+        even_start, odd_start, base, new = _parity_slices(s.grid)
+        first_lo = base - (1 if odd_start < even_start else 0)
+        for row, (w_lo, w_hi), got in zip(s.rows, ((lo_a, hi_a), (hi_a, lo_a)), sq.rows):
+            out = np.zeros(new.size)
+            even = row[even_start::2]
+            out[base: base + len(even)] += even
+            odd = row[odd_start::2]
+            out[first_lo: first_lo + len(odd)] += odd * w_lo
+            out[first_lo + 1: first_lo + 1 + len(odd)] += odd * w_hi
+            assert same_bits(got, out)
+
+
+def test_transform_of_a_row_does_not_depend_on_its_batch(rng):
+    """The premise of transforming x and y (and the parts of a split) together."""
+    for rows, n in ((3, 2048), (7, 8192), (5, 2 ** 16)):
+        a = rng.random((rows, 2, n)) ** 8
+        together = sfft.rfft(a, n=n, axis=-1, workers=2)
+        for i in range(rows):
+            assert same_bits(sfft.rfft(a[i], n=n, axis=-1, workers=1).view(float),
+                             together[i].view(float))
+
+
+def test_helpers_are_their_definitions(rng):
+    x = rng.random((5, 301)) ** 12
+    x[2] = 0.0
+    x[3] *= 1e-250
+    xs, e, live = _scaled(x)
+    assert same_bits(xs, np.ldexp(x, -e[:, None]))
+    assert list(live) == [True, True, False, True, True]
+    step = np.ldexp(1.0, -np.array([3, 9, 1, 20, 24]))[:, None]
+    part, rest = _round_to(xs, step)
+    assert np.array_equal(part + rest, np.where(np.abs(rest) < 1e-280, part, xs))
+    assert np.array_equal(part, np.round(xs / step) * step)
+    # level bounds: the broadcast pair bounds summed in the loop's order
+    n_fft = fft_length(301)
+    for same in (True, False):
+        k = 5
+        px = _parts(part[None], rest[None], step[:, 0], np.full(5, 2.0 ** -7), k)[0]
+        py = px if same else _parts(part[None, ::-1].copy(), rest[None, ::-1].copy(),
+                                    step[::-1, 0], np.full(5, 2.0 ** -7), k)[0]
+        assert np.array_equal(px.sum(axis=0), xs)         # the parts add up exactly
+        nx = [_row_norms(p) for p in px]
+        ny = [_row_norms(p) for p in py]
+        bounds = [np.zeros(5) for _ in range(k - 1)]
+        rest_bound = np.zeros(5)
+        for i in range(k):
+            for j in range(k):
+                if same and j < i:
+                    continue
+                bd = _pair_bound(n_fft, nx[i], ny[j]) * (1.0 if (not same or i == j) else 2.0)
+                if i + j < k - 1 and i < k - 1 and j < k - 1:
+                    bounds[i + j] = bounds[i + j] + bd
+                else:
+                    rest_bound = rest_bound + bd
+        got, got_rest = _level_bounds(n_fft, *(np.array(v) for v in zip(*nx)),
+                                      *(np.array(v) for v in zip(*ny)), k, same)
+        for b1, b2 in zip(got, bounds):
+            assert same_bits(b1, b2 * 1.5)
+        assert same_bits(got_rest, rest_bound * 2.0)
+
+
+def test_convolution_is_exact_on_small_integers(rng):
+    """A smoke check of the restructured convolution: integer rows convolve exactly."""
+    x = rng.integers(0, 50, (3, 40)).astype(float)
+    y = rng.integers(0, 50, (3, 40)).astype(float)
+    for other in (None, y):
+        z, err = convolve_rows(x, other, 0.0)
+        yy = x if other is None else other
+        exact = np.array([np.convolve(a, b) for a, b in zip(x, yy)])
+        assert np.all(np.abs(z - exact) <= err[:, None] + 48 * 2.0 ** -53 * exact)
+        assert np.all(err < 1e-9 * exact.sum(axis=1))
