@@ -107,20 +107,10 @@ def _row_norms(v):
             np.sqrt(np.einsum("...i,...i->...", v, v)).reshape(-1))
 
 
-def _round_to(v, step):
-    """v = part + rest exactly, part on the grid ``step`` (a power of two per row)."""
-    part = np.rint(v / step)
-    part *= step
-    rest = v - part
-    tiny = np.abs(rest) < _TINY
-    if tiny.any():
-        rest[tiny] = 0.0
-    return part, rest
-
-
 def _round_into(v, step, part, rest=None):
-    """``_round_to`` writing the part into ``part`` (and the rest into ``rest``, if
-    given); returns the rest."""
+    """v = part + rest exactly, part on the grid ``step`` (a power of two per row),
+    written into ``part`` (and into ``rest``, if given; else a new array); returns the
+    rest.  Entries of the rest below _TINY are flushed to zero."""
     np.divide(v, step, out=part)
     np.rint(part, out=part)
     part *= step
@@ -144,7 +134,6 @@ def _fft_input(parts, n: int):
 
 def _pair_bound(n_fft, na, nb):
     return convolution_l2_error(n_fft, na[0], na[1], nb[0], nb[1])
-
 
 
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
@@ -177,8 +166,8 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     eb_bits = _exact_bits(n_fft, l1b, l2b)
     bits = eb_bits if same else np.minimum(eb_bits[:rows], eb_bits[rows:])
     s0 = np.ldexp(1.0, -bits.astype(int))[:, None]
-    # the two-way split, written where the two-way transform reads it: [g, 0] the hi
-    # part, [g, 1] the rest of the rows of operand g (x, then y)
+    # the two-way split: [g, 0] the hi part, [g, 1] the rest of the rows of operand g
+    # (x, then y), the layout the transform's input is copied from
     groups = 1 if same else 2
     split2 = np.empty((groups, 2, rows, m))
     hb = split2[:, 0]
@@ -337,6 +326,8 @@ def _level_terms(k: int, same: bool):
         ii = np.array([t[0] for t in group], dtype=np.intp)
         jj = np.array([t[1] for t in group], dtype=np.intp)
         w = np.array([t[2] for t in group])[:, None]
+        for a in (ii, jj, w):
+            a.setflags(write=False)            # shared through the cache
         out.append((ii, jj, w))
     return tuple(out)
 

@@ -13,7 +13,7 @@ from scipy import fft as sfft
 
 from pb_accountant import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
 from pb_accountant.buckets import GroupedBuckets, Grid, SplitBuckets
-from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_to,
+from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_into,
                                        _row_norms, _scaled, convolve_rows, fft_length)
 from pb_accountant.mechanisms import normal_x_interval_mass, normal_x_interval_masses
 from pb_accountant.subsampled_laplace import SubsampledLaplace
@@ -151,9 +151,12 @@ def test_helpers_are_their_definitions(rng):
     assert same_bits(xs, np.ldexp(x, -e[:, None]))
     assert list(live) == [True, True, False, True, True]
     step = np.ldexp(1.0, -np.array([3, 9, 1, 20, 24]))[:, None]
-    part, rest = _round_to(xs, step)
-    assert np.array_equal(part + rest, np.where(np.abs(rest) < 1e-280, part, xs))
+    part = np.empty_like(xs)
+    rest = _round_into(xs, step, part)
     assert np.array_equal(part, np.round(xs / step) * step)
+    plain_rest = xs - np.round(xs / step) * step
+    assert np.array_equal(rest, np.where(np.abs(plain_rest) < 1e-280, 0.0, plain_rest))
+    assert np.array_equal(part + rest, xs)
     # level bounds: the broadcast pair bounds summed in the loop's order
     n_fft = fft_length(301)
     for same in (True, False):
