@@ -107,28 +107,35 @@ def _row_norms(v):
             np.sqrt(np.einsum("...i,...i->...", v, v)).reshape(-1))
 
 
-def _round_to(v, step):
-    """v = part + rest exactly, part on the grid ``step`` (a power of two per row)."""
-    part = np.rint(v / step)
-    part *= step
-    rest = v - part
-    tiny = np.abs(rest) < _TINY
-    if tiny.any():
-        rest[tiny] = 0.0
-    return part, rest
-
-
-def _round_into(v, step, part, rest=None):
-    """``_round_to`` writing the part into ``part`` (and the rest into ``rest``, if
-    given); returns the rest."""
+def _round_into(v, step, part, rest=None, flush: bool = True):
+    """v = part + rest exactly, part on the grid ``step`` (a power of two per row),
+    written into ``part`` (and into ``rest``, if given; else a new array); returns the
+    rest.  Entries of the rest below _TINY are flushed to zero (``flush`` False: the
+    caller knows there are none, ``_coarse``)."""
     np.divide(v, step, out=part)
     np.rint(part, out=part)
     part *= step
     rest = np.subtract(v, part, out=rest)
-    tiny = np.abs(rest) < _TINY
-    if tiny.any():
-        rest[tiny] = 0.0
+    if flush:
+        tiny = np.abs(rest) < _TINY
+        if tiny.any():
+            rest[tiny] = 0.0
     return rest
+
+
+#: rows whose non-zero entries are all at least this large have no rest below _TINY
+#: in any split (``_coarse``)
+_COARSE = 2.0 ** -860
+
+
+def _coarse(rows) -> bool:
+    """True when every non-zero |entry| is at least _COARSE: each is then a multiple of
+    2^-912 (53 bits below its exponent), the split's grids are powers of two far above
+    that (at least s0 step^6 >= 2^-264), so every part and every rest is a multiple of
+    2^-912 too, and a non-zero rest is never below _TINY (about 2^-930): ``_round_into``
+    need not look for one."""
+    a = np.abs(rows)
+    return bool(np.min(a, where=a > 0.0, initial=np.inf) >= _COARSE)
 
 
 def _fft_input(parts, n: int):
@@ -144,7 +151,6 @@ def _fft_input(parts, n: int):
 
 def _pair_bound(n_fft, na, nb):
     return convolution_l2_error(n_fft, na[0], na[1], nb[0], nb[1])
-
 
 
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
@@ -177,8 +183,8 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     eb_bits = _exact_bits(n_fft, l1b, l2b)
     bits = eb_bits if same else np.minimum(eb_bits[:rows], eb_bits[rows:])
     s0 = np.ldexp(1.0, -bits.astype(int))[:, None]
-    # the two-way split, written where the two-way transform reads it: [g, 0] the hi
-    # part, [g, 1] the rest of the rows of operand g (x, then y)
+    # the two-way split: [g, 0] the hi part, [g, 1] the rest of the rows of operand g
+    # (x, then y), the layout the transform's input is copied from
     groups = 1 if same else 2
     split2 = np.empty((groups, 2, rows, m))
     hb = split2[:, 0]
@@ -211,7 +217,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         while k < _MAX_PARTS and (two_way * scale * step ** (k - 2) > tolerance).any():
             k += 1
         parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
-                                                    tolerance)
+                                                    tolerance, not _coarse(bs))
         spectra = _rfft(_fft_input(parts, n_fft), n_fft)
         products = _level_products(spectra, k, same)
     else:
@@ -300,11 +306,12 @@ def _level_products(spectra, k: int, same: bool):
 _MAX_PARTS = 8
 
 
-def _parts(hi, rest, s0, step, k):
+def _parts(hi, rest, s0, step, k, flush: bool = True):
     """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact).
 
     ``hi``, ``rest``: (groups, rows, m), the two-way split of the rows of each operand;
-    ``s0``, ``step``: per row.  Returns the parts as (groups, k, rows, m)."""
+    ``s0``, ``step``: per row; ``flush``: see ``_round_into``.  Returns the parts as
+    (groups, k, rows, m)."""
     groups, rows, m = hi.shape
     parts = np.empty((groups, k, rows, m))
     parts[:, 0] = hi
@@ -314,7 +321,7 @@ def _parts(hi, rest, s0, step, k):
     for j in range(1, k - 1):
         grid = grid * step
         rest = _round_into(rest, grid[None, :, None], parts[:, j],
-                           parts[:, k - 1] if j == k - 2 else None)
+                           parts[:, k - 1] if j == k - 2 else None, flush)
     return parts
 
 
@@ -337,6 +344,8 @@ def _level_terms(k: int, same: bool):
         ii = np.array([t[0] for t in group], dtype=np.intp)
         jj = np.array([t[1] for t in group], dtype=np.intp)
         w = np.array([t[2] for t in group])[:, None]
+        for a in (ii, jj, w):
+            a.setflags(write=False)            # shared through the cache
         out.append((ii, jj, w))
     return tuple(out)
 
@@ -363,11 +372,12 @@ def _level_bounds(n_fft, l1x, l2x, l1y, l2y, k, same):
 _PLAN_TRIES = 16
 
 
-def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
+def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance, flush: bool = True):
     """Parts and certified level bounds for a split into k parts of b bits (per row).
 
     ``hb``, ``rb``: (groups, rows, m), the two-way split of the rows of x and (``same``
-    False) of y; the parts are returned as (groups, k, rows, m).
+    False) of y; the parts are returned as (groups, k, rows, m) (``flush``: see
+    ``_round_into``).
     The first guess for b comes from the two-way split's norms, but a deep level
     p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
     lands in part j or later), so its bound may exceed a quarter of its grid and the
@@ -382,7 +392,7 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance):
     best = None
     for _ in range(_PLAN_TRIES):
         step = np.ldexp(1.0, -b.astype(int))
-        parts = _parts(hb, rb, s0, step, k)
+        parts = _parts(hb, rb, s0, step, k, flush)
         # norms per (part, row), the rows of x then those of y
         l1, l2 = _row_norms(parts.transpose(1, 0, 2, 3))
         l1 = l1.reshape(k, -1)

@@ -13,7 +13,7 @@ from scipy import fft as sfft
 
 from pb_accountant import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
 from pb_accountant.buckets import GroupedBuckets, Grid, SplitBuckets
-from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_to,
+from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_into,
                                        _row_norms, _scaled, convolve_rows, fft_length)
 from pb_accountant.mechanisms import normal_x_interval_mass, normal_x_interval_masses
 from pb_accountant.subsampled_laplace import SubsampledLaplace
@@ -151,9 +151,12 @@ def test_helpers_are_their_definitions(rng):
     assert same_bits(xs, np.ldexp(x, -e[:, None]))
     assert list(live) == [True, True, False, True, True]
     step = np.ldexp(1.0, -np.array([3, 9, 1, 20, 24]))[:, None]
-    part, rest = _round_to(xs, step)
-    assert np.array_equal(part + rest, np.where(np.abs(rest) < 1e-280, part, xs))
+    part = np.empty_like(xs)
+    rest = _round_into(xs, step, part)
     assert np.array_equal(part, np.round(xs / step) * step)
+    plain_rest = xs - np.round(xs / step) * step
+    assert np.array_equal(rest, np.where(np.abs(plain_rest) < 1e-280, 0.0, plain_rest))
+    assert np.array_equal(part + rest, xs)
     # level bounds: the broadcast pair bounds summed in the loop's order
     n_fft = fft_length(301)
     for same in (True, False):
@@ -192,3 +195,26 @@ def test_convolution_is_exact_on_small_integers(rng):
         exact = np.array([np.convolve(a, b) for a, b in zip(x, yy)])
         assert np.all(np.abs(z - exact) <= err[:, None] + 48 * 2.0 ** -53 * exact)
         assert np.all(err < 1e-9 * exact.sum(axis=1))
+
+
+def test_coarse_rows_need_no_flush(rng):
+    """Rows whose non-zero entries are all >= 2^-860 split into parts and rests that
+    never fall below the flush threshold: skipping the flush changes nothing."""
+    from pb_accountant.convolution import _coarse
+    for trial in range(30):
+        x = rng.random((2, 3, 257)) ** rng.uniform(1, 60)
+        x[x < 2.0 ** -850] = 0.0
+        x[:, :, ::7] = 2.0 ** -860 * rng.integers(1, 9, size=x[:, :, ::7].shape)
+        assert _coarse(x)
+        s0 = np.ldexp(1.0, -rng.integers(1, 25, 3))
+        step = np.ldexp(1.0, -rng.integers(1, 41, 3))
+        hi = np.empty_like(x)
+        rest = _round_into(x, s0[None, :, None], hi)
+        for k in (3, 5, 8):
+            a = _parts(hi, rest, s0, step, k, flush=True)
+            b = _parts(hi, rest, s0, step, k, flush=False)
+            assert same_bits(a, b)
+            assert np.array_equal(a.sum(axis=1), x)
+    tiny = np.full((1, 1, 4), 1.0)
+    tiny[0, 0, 1] = 1e-290
+    assert not _coarse(tiny)
