@@ -33,3 +33,10 @@ def two_prod(a, b):
     a1, a2 = _split(a)
     b1, b2 = _split(b)
     return p, ((a1 * b1 - p) + a1 * b2 + a2 * b1) + a2 * b2
+
+
+def two_square(a):
+    """(p, e) with p = fl(a^2) and p + e = a^2 exactly (``two_prod`` with one split)."""
+    p = a * a
+    a1, a2 = _split(a)
+    return p, ((a1 * a1 - p) + 2.0 * (a1 * a2)) + a2 * a2

@@ -20,7 +20,7 @@ from typing import Tuple
 import numpy as np
 from scipy import special
 
-from ._fp import UNIT_ROUNDOFF as _U, two_prod, two_sum
+from ._fp import UNIT_ROUNDOFF as _U, two_prod, two_square, two_sum
 from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa: F401
                           check_real, check_sample_rate)
 
@@ -197,14 +197,14 @@ def _narrow_masses(l, h, mean: float, scale: float):
     d_hi, d_lo = two_sum(0.5 * s_hi, -np.asarray(mean, dtype=float))   # (mean: scalar or per entry)
     d_lo = d_lo + 0.5 * s_lo
     q_hi = d_hi / scale
-    p, e = two_prod(q_hi, np.full_like(q_hi, scale))
+    p, e = two_prod(q_hi, float(scale))
     q_lo = (((d_hi - p) - e) + d_lo) / scale
     # |mid - (q_hi + q_lo)|: roundings of d_lo and q_lo, each u |term| (+ tiny)
     dmid = 4.0 * u * (np.abs(d_lo) / scale + np.abs(q_lo)) + 1e-300
     half = 0.5 * (h - l) / scale
     reach = np.abs(q_hi) + half
     # phi(mid) = exp(-(P + lo) / 2), mid^2 = P + lo + (q_lo^2, dropped: counted below)
-    P, Pe = two_prod(q_hi, q_hi)
+    P, Pe = two_square(q_hi)
     lo2 = Pe + 2.0 * q_hi * q_lo
     with np.errstate(under="ignore"):
         phi = np.exp(-0.5 * P) * (1.0 - 0.5 * lo2)

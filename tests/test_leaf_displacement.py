@@ -204,12 +204,15 @@ def test_replace_one_pair_displacement_bounds_the_loss(sigma, q, d):
 @settings(max_examples=300, deadline=None)
 def test_two_sum_and_two_prod_are_error_free(a, b):
     from fractions import Fraction
-    from pb_accountant._fp import two_prod, two_sum
+    from pb_accountant._fp import two_prod, two_square, two_sum
     s, e = two_sum(a, b)
     assert Fraction(s) + Fraction(e) == Fraction(a) + Fraction(b)
     p, e = two_prod(a, b)
     if a == 0.0 or b == 0.0 or abs(a * b) > 1e-250:   # no underflow in the low part
         assert Fraction(p) + Fraction(e) == Fraction(a) * Fraction(b)
+    p, e = two_square(np.float64(a))
+    if a == 0.0 or a * a > 1e-250:
+        assert Fraction(float(p)) + Fraction(float(e)) == Fraction(a) ** 2
 
 
 def test_narrow_masses_far_out_stay_within_a_few_dozen_ulp(rng):
