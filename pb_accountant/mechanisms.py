@@ -202,14 +202,15 @@ def _narrow_masses(l, h, mean: float, scale: float):
     # |mid - (q_hi + q_lo)|: roundings of d_lo and q_lo, each u |term| (+ tiny)
     dmid = 4.0 * u * (np.abs(d_lo) / scale + np.abs(q_lo)) + 1e-300
     half = 0.5 * (h - l) / scale
-    reach = np.abs(q_hi) + half
+    reach = np.abs(q_hi) + np.abs(q_lo) + half
     # phi(mid) = exp(-(P + lo) / 2), mid^2 = P + lo + (q_lo^2, dropped: counted below)
     P, Pe = two_square(q_hi)
     lo2 = Pe + 2.0 * q_hi * q_lo
     with np.errstate(under="ignore"):
         phi = np.exp(-0.5 * P) * (1.0 - 0.5 * lo2)
     # the node factors
-    a = q_hi * half
+    a = (q_hi + q_lo) * half     # the whole midpoint: q_lo is not small next to q_hi
+                                 # where x is near a nonzero mean at a tiny scale
     b = 0.5 * half * half
     size = half * reach * (1.0 + 1e-6)
     if np.any(size > _GL_RULES[-1][1]):

@@ -235,3 +235,11 @@ def test_narrow_masses_far_out_stay_within_a_few_dozen_ulp(rng):
             assert err[k] <= 40 * u * float(exact)
             worst = max(worst, float(abs(mpmath.mpf(float(m[k])) - exact) / exact) / u)
     assert worst > 0.0        # the check measured something
+
+
+def test_narrow_mass_near_a_nonzero_mean_at_a_tiny_scale():
+    """The midpoint's low part enters the node exponent (x near mean 1, scale 1e-4)."""
+    x = np.array([1.000158748908037, 1.000199735473434])
+    m, err = normal_x_interval_mass(x, 1.0, 1e-4)
+    exact = _mp_mass(x[0], x[1], 1.0, 1e-4)
+    assert abs(mpmath.mpf(float(m[0])) - exact) <= mpmath.mpf(float(err[0]))
