@@ -47,8 +47,33 @@ _GL_TRUNCATION = _U / 16.0
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
+#: Absolute error floor of every computed normal mass.  Relative bounds say nothing
+#: below the normal range: each operation whose result is subnormal (or flushed to 0) is
+#: off by up to 2^-1075 absolutely, a mass takes fewer than 32 such operations and each
+#: is scaled by a factor below 4 afterwards (docs/floating-point.md, "Underflow").
+UNDERFLOW_FLOOR = 2.0 ** -1067
+#: |z| beyond which scipy's ndtr(-|z|) may return 0 for a true Phi(-|z|) > 0 (it does
+#: from 37.677, where Phi(-|z|) falls below 6e-311)
+_NDTR_FLUSH_FROM = 37.0
+
+
+def flushed_tail(z) -> np.ndarray:
+    """Bound on Phi(-|z|) at finite end points beyond ``_NDTR_FLUSH_FROM`` (0 elsewhere):
+    the Mills ratio phi(z) / |z|, what a CDF difference misses where ndtr flushed.
+    exp(-z^2/2) loses u z^2 / 2 < 2e-13 relative at these z (1% of room); past |z| = 38.6
+    it underflows, where Phi(-|z|) < 2^-1074 and ``UNDERFLOW_FLOOR`` covers it."""
+    z = np.abs(np.asarray(z, dtype=float))
+    far = np.isfinite(z) & (z >= _NDTR_FLUSH_FROM)
+    zf = np.where(far, z, _NDTR_FLUSH_FROM)
+    with np.errstate(under="ignore"):
+        tail = np.exp(-0.5 * zf * zf) * (_INV_SQRT_2PI * 1.01) / zf
+    return np.where(far, tail, 0.0)
+
+
 def normal_interval_error(lo, hi, mass) -> np.ndarray:
-    """Bound on the absolute error of ``normal_interval_mass``: 2u (8 + z^2) times the mass.
+    """Bound on the absolute error of ``normal_interval_mass``: 2u (8 + z^2) times the
+    mass, plus what ndtr flushed to 0 at either end (``flushed_tail``) and the
+    ``UNDERFLOW_FLOOR``.
 
     Quadrature branch: z^2 carries 2u relative error, so exp(-z^2/2) loses at most
     u z^2 + u; the 12 weighted terms and their sum add at most ~13u; the rule's
@@ -62,7 +87,11 @@ def normal_interval_error(lo, hi, mass) -> np.ndarray:
     hi = np.asarray(hi, dtype=float)
     reach = np.minimum(np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
                                   np.abs(np.where(np.isfinite(hi), hi, 0.0))), 1e4)
-    return 2.0 * _U * (8.0 + reach * reach) * np.asarray(mass)
+    relative = 2.0 * _U * (8.0 + reach * reach) * np.asarray(mass)
+    with np.errstate(invalid="ignore"):
+        valid = hi > lo
+    return np.where(valid, relative + flushed_tail(lo) + flushed_tail(hi) + UNDERFLOW_FLOOR,
+                    relative)
 
 
 def endpoint_mass(z, dz) -> np.ndarray:
@@ -148,10 +177,10 @@ def normal_x_interval_mass(x, mean: float, scale: float):
         l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
         m, rel = _narrow_masses(l, h, mean, scale)
         if every:
-            mass, err = m, rel * m * (1 + 1e-9)
+            mass, err = m, rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
         else:
             mass[narrow] = m
-            err[narrow] = rel * m * (1 + 1e-9)
+            err[narrow] = rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
     wide = valid & ~narrow
     if wide.any():
         mass[wide], err[wide] = _wide_masses(zl[wide], zh[wide], lo[wide], hi[wide], mean,
@@ -227,7 +256,7 @@ def _narrow_masses(l, h, mean: float, scale: float):
     # low part: its rounding (2u), the dropped q_lo^2 and the first-order exp (lo2^2)
     y = (reach + dmid) * dmid * 1.01
     extra = (y + y * y + 2.0 * u * (np.abs(Pe) + 2.0 * np.abs(q_hi * q_lo)) + q_lo * q_lo
-             + 0.25 * lo2 * lo2 + 1e-290)   # (the last: products' underflow)
+             + 0.25 * lo2 * lo2)   # (subnormal results: the callers' UNDERFLOW_FLOOR)
     if np.any(y > 1.0):
         raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
     return m, _NARROW_RELATIVE + _GL_TRUNCATION + extra
@@ -274,7 +303,7 @@ def normal_x_interval_masses(x, means, scale: float):
         mean = np.broadcast_to(mu, shape)[narrow]
         m, rel = _narrow_masses(l, h, mean, scale)
         mass[narrow] = m
-        err[narrow] = rel * m * (1 + 1e-9)
+        err[narrow] = rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
     wide = valid & ~narrow
     if wide.any():
         mass[wide], err[wide] = _wide_masses(

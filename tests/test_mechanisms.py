@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from pb_accountant import DiscretePair, Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
-from pb_accountant.mechanisms import normal_interval_error, normal_interval_mass
+from pb_accountant.mechanisms import (normal_interval_error, normal_interval_mass,
+                                      normal_x_interval_mass)
 
 try:
     import mpmath
@@ -32,7 +33,7 @@ def test_normal_interval_mass_accuracy(lo, hi):
     m = normal_interval_mass(lo, hi)
     exact = mp_mass(mpmath.mpf(lo), mpmath.mpf(hi))
     err = normal_interval_error(lo, hi, m)
-    assert abs(mpmath.mpf(float(m)) - exact) <= mpmath.mpf(float(err)) + mpmath.mpf(1e-320)
+    assert abs(mpmath.mpf(float(m)) - exact) <= mpmath.mpf(float(err))
 
 
 def test_normal_interval_mass_random(rng):
@@ -43,7 +44,51 @@ def test_normal_interval_mass_random(rng):
     err = normal_interval_error(lo, hi, m)
     for a, b, v, e in zip(lo, hi, m, err):
         exact = mp_mass(mpmath.mpf(a), mpmath.mpf(b))
-        assert abs(mpmath.mpf(float(v)) - exact) <= mpmath.mpf(float(e)) + mpmath.mpf(1e-300)
+        assert abs(mpmath.mpf(float(v)) - exact) <= mpmath.mpf(float(e))
+
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_error_bounds_hold_where_masses_underflow(seed):
+    """Near and past the underflow threshold (|z| 35 to 41: ndtr returns subnormals, then
+    0 from |z| = 37.68; exp(-z^2/2) underflows from 38.6) the error bounds still cover
+    the exact masses, with no tolerance: the Mills-ratio bound where ndtr flushed and the
+    absolute floor for subnormal results (docs/floating-point.md, "Underflow")."""
+    need_mpmath()
+    rng = np.random.default_rng(seed)
+    n = 150
+    side = rng.choice([-1.0, 1.0], n)
+    a = rng.uniform(35.0, 41.0, n)
+    width = np.exp(rng.uniform(np.log(1e-10), np.log(3.0), n))
+    lo = np.where(side > 0, a, -a - width)
+    hi = lo + width
+    checked = 0
+    m = normal_interval_mass(lo, hi)
+    err = normal_interval_error(lo, hi, m)
+    for l, h, v, e in zip(lo, hi, m, err):
+        exact = mp_mass(mpmath.mpf(l), mpmath.mpf(h))
+        assert abs(mpmath.mpf(float(v)) - exact) <= mpmath.mpf(float(e)), (l, h)
+        checked += v == 0.0 and exact > 0
+    # the same end points as x-intervals of N(mean, scale^2), narrow and wide branches
+    scale = float(np.exp(rng.uniform(np.log(1e-3), np.log(30.0))))
+    mean = float(rng.choice([0.0, 1.0, -1.0]))
+    for l, h in zip(lo[:40], hi[:40]):
+        x = np.array([mean + l * scale, mean + h * scale])
+        if not x[1] > x[0]:
+            continue
+        v, e = normal_x_interval_mass(x, mean, scale)
+        exact = mp_mass((mpmath.mpf(x[0]) - mean) / scale, (mpmath.mpf(x[1]) - mean) / scale)
+        assert abs(mpmath.mpf(float(v[0])) - exact) <= mpmath.mpf(float(e[0])), (x, mean, scale)
+    assert checked > 0           # some exact mass was flushed to 0 and still covered
+
+
+def test_a_flushed_end_point_is_covered():
+    """ndtr(-37.82) flushes a true 3e-313 to 0; the bound must still cover it."""
+    need_mpmath()
+    x = np.array([-37.81917731947399, -37.32099905125662])
+    v, e = normal_x_interval_mass(x, 0.0, 1.0)
+    exact = mp_mass(mpmath.mpf(x[0]), mpmath.mpf(x[1]))
+    assert abs(mpmath.mpf(float(v[0])) - exact) <= mpmath.mpf(float(e[0]))
 
 
 PAIRS = [SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.5, 0.3), SubsampledGaussian(2.0, 1.0),
