@@ -30,7 +30,27 @@ from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa:
 #: Relative error bound of Laplace interval masses (exp/expm1 of moderate arguments).
 CONTINUOUS_MASS_RELATIVE_ERROR = 1e-13
 
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
+#: Gauss-Legendre nodes and weights on [0, 1] (the rules are symmetric), correctly
+#: rounded from 60-digit values (mpmath; numpy's ``leggauss`` weights are off by up to
+#: 60 ulp at 12 nodes, more than the error bounds below allow for):
+#: ``tests/test_mechanisms.py::test_gauss_legendre_rules_are_correctly_rounded``
+_GL_HALF_RULES = {
+    4: ((0.33998104358485626, 0.8611363115940526),
+        (0.6521451548625461, 0.34785484513745385)),
+    12: ((0.1252334085114689, 0.3678314989981802, 0.5873179542866175, 0.7699026741943047,
+          0.9041172563704749, 0.9815606342467192),
+         (0.24914704581340277, 0.2334925365383548, 0.20316742672306592,
+          0.16007832854334622, 0.10693932599531843, 0.04717533638651183)),
+}
+
+
+def gauss_legendre(n: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The n-point Gauss-Legendre rule on [-1, 1] (n in 4, 12), nodes ascending."""
+    nodes, weights = (np.array(v) for v in _GL_HALF_RULES[n])
+    return (np.concatenate((-nodes[::-1], nodes)), np.concatenate((weights[::-1], weights)))
+
+
+_GL_NODES, _GL_WEIGHTS = gauss_legendre(12)
 #: Gauss-Legendre rules for x-interval masses: (nodes n, largest s = h (|m| + h) in z
 #: units it is used for, nodes, weights).  With g(v) = exp(-a v - b v^2), a = m h,
 #: b = h^2 / 2, the n-point rule's error c_n g^(2n)(xi) (Davis & Rabinowitz 2.7.8,
@@ -39,8 +59,7 @@ _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
 #: >= 2 exp(-|a| - b); at |a| + 2b = s below these limits (90% of where the bound, with
 #: the best r, reaches u / 16) the truncation is at most u / 16 of the mass
 #: (docs/floating-point.md)
-_GL_RULES = tuple((n, limit) + tuple(np.polynomial.legendre.leggauss(n))
-                  for n, limit in ((4, 4.7e-4), (12, 0.54)))
+_GL_RULES = tuple((n, limit) + gauss_legendre(n) for n, limit in ((4, 4.7e-4), (12, 0.54)))
 #: (also below u / 16: 5 nodes to s = 4.1e-3, 6 to 1.7e-2, 8 to 0.1; two rules keep the
 #: selection cheap).  The rules' truncation bound, relative to the mass:
 _GL_TRUNCATION = _U / 16.0
@@ -162,6 +181,27 @@ def normal_x_interval_mass(x, mean: float, scale: float):
     """
     x = np.asarray(x, dtype=float)
     lo, hi = x[:-1], x[1:]
+    zl, zh, valid, narrow = _standardised(lo, hi, mean, scale)
+    mass = np.zeros(lo.shape)
+    err = np.zeros(lo.shape)
+    if narrow.any():
+        every = bool(narrow.all())
+        l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
+        m, e = _narrow_masses(l, h, mean, scale)
+        if every:
+            mass, err = m, e
+        else:
+            mass[narrow], err[narrow] = m, e
+    wide = valid & ~narrow
+    if wide.any():
+        mass[wide], err[wide] = _wide_masses(zl[wide], zh[wide], lo[wide], hi[wide], mean,
+                                             scale)
+    return mass, err
+
+
+def _standardised(lo, hi, mean, scale: float):
+    """End points in z units, which intervals are non-empty, and which are narrow
+    (h (|z| + h) < 1, integrated by quadrature; the others take a CDF difference)."""
     with np.errstate(invalid="ignore", over="ignore"):
         zl, zh = (lo - mean) / scale, (hi - mean) / scale
         valid = hi > lo
@@ -170,22 +210,7 @@ def normal_x_interval_mass(x, mean: float, scale: float):
         reach = np.maximum(np.abs(np.where(np.isfinite(zl), zl, 0.0)),
                            np.abs(np.where(np.isfinite(zh), zh, 0.0)))
         narrow = finite & (width * (reach + width) < 1.0)
-    mass = np.zeros(lo.shape)
-    err = np.zeros(lo.shape)
-    if narrow.any():
-        every = bool(narrow.all())
-        l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
-        m, rel = _narrow_masses(l, h, mean, scale)
-        if every:
-            mass, err = m, rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
-        else:
-            mass[narrow] = m
-            err[narrow] = rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
-    wide = valid & ~narrow
-    if wide.any():
-        mass[wide], err[wide] = _wide_masses(zl[wide], zh[wide], lo[wide], hi[wide], mean,
-                                             scale)
-    return mass, err
+    return zl, zh, valid, narrow
 
 
 def _wide_masses(zl, zh, xl, xh, mean, scale: float):
@@ -210,7 +235,7 @@ _NARROW_RELATIVE = 36.0 * _U
 
 
 def _narrow_masses(l, h, mean: float, scale: float):
-    """N(mean, scale^2) masses of narrow x-intervals (l, h] and their relative error.
+    """N(mean, scale^2) masses of narrow x-intervals (l, h] and their error bounds.
 
     With mid and half the interval's centre and half-width in z units, the mass is
     half phi(mid) * integral over [-1, 1] of g(v) = exp(-a v - b v^2), a = mid half,
@@ -259,7 +284,8 @@ def _narrow_masses(l, h, mean: float, scale: float):
              + 0.25 * lo2 * lo2)   # (subnormal results: the callers' UNDERFLOW_FLOOR)
     if np.any(y > 1.0):
         raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
-    return m, _NARROW_RELATIVE + _GL_TRUNCATION + extra
+    rel = _NARROW_RELATIVE + _GL_TRUNCATION + extra
+    return m, rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
 
 
 def _node_sum(a, b, nodes, weights):
@@ -287,23 +313,14 @@ def normal_x_interval_masses(x, means, scale: float):
     lo, hi = x[:-1], x[1:]
     mu = np.asarray(means, dtype=float)[:, None]
     shape = (len(mu), len(lo))
-    with np.errstate(invalid="ignore", over="ignore"):
-        zl, zh = (lo - mu) / scale, (hi - mu) / scale
-        valid = hi > lo
-        finite = valid & np.isfinite(lo) & np.isfinite(hi)
-        width = np.where(finite, zh - zl, np.inf)
-        reach = np.maximum(np.abs(np.where(np.isfinite(zl), zl, 0.0)),
-                           np.abs(np.where(np.isfinite(zh), zh, 0.0)))
-        narrow = finite & (width * (reach + width) < 1.0)
+    zl, zh, valid, narrow = _standardised(lo, hi, mu, scale)
     mass = np.zeros(shape)
     err = np.zeros(shape)
     if narrow.any():
         l = np.broadcast_to(lo, shape)[narrow]
         h = np.broadcast_to(hi, shape)[narrow]
         mean = np.broadcast_to(mu, shape)[narrow]
-        m, rel = _narrow_masses(l, h, mean, scale)
-        mass[narrow] = m
-        err[narrow] = rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
+        mass[narrow], err[narrow] = _narrow_masses(l, h, mean, scale)
     wide = valid & ~narrow
     if wide.any():
         mass[wide], err[wide] = _wide_masses(

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from pb_accountant import DiscretePair, Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
-from pb_accountant.mechanisms import (normal_interval_error, normal_interval_mass,
-                                      normal_x_interval_mass)
+from pb_accountant.mechanisms import (gauss_legendre, normal_interval_error,
+                                      normal_interval_mass, normal_x_interval_mass)
 
 try:
     import mpmath
@@ -89,6 +89,23 @@ def test_a_flushed_end_point_is_covered():
     v, e = normal_x_interval_mass(x, 0.0, 1.0)
     exact = mp_mass(mpmath.mpf(x[0]), mpmath.mpf(x[1]))
     assert abs(mpmath.mpf(float(v[0])) - exact) <= mpmath.mpf(float(e[0]))
+
+
+
+@pytest.mark.parametrize("n", [4, 12])
+def test_gauss_legendre_rules_are_correctly_rounded(n):
+    """The quadrature's error bound counts the weights as correctly rounded (u/2)."""
+    need_mpmath()
+    nodes, weights = gauss_legendre(n)
+    for x, w in zip(nodes, weights):
+        r = mpmath.mpf(float(x))
+        for _ in range(8):                    # Newton on P_n from the rounded node
+            p, dp = mpmath.legendre(n, r), mpmath.diff(lambda v: mpmath.legendre(n, v), r)
+            r -= p / dp
+        dp = mpmath.diff(lambda v: mpmath.legendre(n, v), r)
+        exact_w = 2 / ((1 - r * r) * dp * dp)
+        assert float(r) == x and float(exact_w) == w
+    assert len(nodes) == n and np.all(np.diff(nodes) > 0)
 
 
 PAIRS = [SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.5, 0.3), SubsampledGaussian(2.0, 1.0),
