@@ -27,9 +27,6 @@ from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa:
 # MIN_NOISE, MAX_NOISE (imported above, re-exported): the noise multipliers the closed
 # forms handle (sigma^2 and 1/sigma^2 stay finite); the noise rule is in _validation.py
 
-#: Relative error bound of Laplace interval masses (exp/expm1 of moderate arguments).
-CONTINUOUS_MASS_RELATIVE_ERROR = 1e-13
-
 #: Gauss-Legendre nodes and weights on [0, 1] (the rules are symmetric), correctly
 #: rounded from 60-digit values (mpmath; numpy's ``leggauss`` weights are off by up to
 #: 60 ulp at 12 nodes, more than the error bounds below allow for):
@@ -341,26 +338,34 @@ def _monotone_end_points(x, dx):
 
 
 def laplace_interval_mass(lo, hi, mean: float, scale: float) -> np.ndarray:
-    """Lap(mean, scale) mass of (lo, hi], by expm1 on the side of the mean (no
-    cancellation against 1 in the tails)."""
-    lo = np.asarray(lo, dtype=float) - mean
-    hi = np.asarray(hi, dtype=float) - mean
-    both_right = lo >= 0
-    both_left = hi <= 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        right = -0.5 * np.exp(-np.where(both_right, lo, 0) / scale) * np.expm1(
-            -np.where(both_right, hi - lo, 0) / scale)
-        left = -0.5 * np.exp(np.where(both_left, hi, 0) / scale) * np.expm1(
-            -np.where(both_left, hi - lo, 0) / scale)
-
-        def upper_tail(x):  # P(X > x)
-            return np.where(x >= 0, 0.5 * np.exp(-np.maximum(x, 0) / scale),
-                            1.0 - 0.5 * np.exp(np.minimum(x, 0) / scale))
-
-        general = upper_tail(lo) - upper_tail(hi)
-    out = np.where(both_right, right, np.where(both_left, left, general))
+    """Lap(mean, scale) mass of (lo, hi], with no cancellation: on one side of the mean
+    0.5 e^{-z} (1 - e^{-(hi - lo)/scale}) (z the nearer end's distance to the mean in
+    scales; the width is taken from the end points themselves, not from their distances
+    to the mean, which would cancel), across the mean the sum of the two sides'
+    -expm1 terms.  Relative error at most ``laplace_relative_error(z)``."""
+    lo = np.asarray(lo, dtype=float)
+    hi = np.asarray(hi, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        zl = (lo - mean) / scale
+        zh = (hi - mean) / scale
+        right = zl >= 0
+        left = zh <= 0
+        shrink = -np.expm1(-(hi - lo) / scale)        # 1 - e^{-width}
+        one_side = 0.5 * np.exp(-np.where(right, zl, np.where(left, -zh, 0.0))) * shrink
+        across = 0.5 * -np.expm1(np.minimum(zl, 0.0)) + 0.5 * -np.expm1(-np.maximum(zh, 0.0))
+    out = np.where(right | left, one_side, across)
     out = np.where(hi > lo, out, 0.0)
     return np.maximum(np.nan_to_num(out, nan=0.0), 0.0)
+
+
+def laplace_relative_error(z) -> np.ndarray:
+    """Relative error bound of ``laplace_interval_mass`` for intervals whose nearer end
+    lies at most ``z`` scales from the mean (z >= 0), given exp and expm1 within one ulp
+    (2u): the distance carries 2u relative, which e^{-z} turns into 2u z; the width 2u,
+    which 1 - e^{-w} passes on at most as is; the two functions 4u; the products and the
+    sum 2u (docs/floating-point.md, "Laplace masses").  Masses below the normal range
+    need ``UNDERFLOW_FLOOR`` besides."""
+    return _U * (2.02 * np.asarray(z, dtype=float) + 12.0)
 
 
 def _atoms_to_buckets(t, losses, a, b, *, swapped: bool) -> Tuple[np.ndarray, np.ndarray]:
@@ -381,6 +386,8 @@ class MechanismPair:
 
     #: relative error bound of the masses this pair returns
     mass_relative_error: float = 0.0
+    #: absolute error bound of each atom bucket besides (masses that may underflow)
+    mass_absolute_error: float = 0.0
     #: True for the mixture-vs-Gaussian "remove" orientation and its mirror
     swapped: bool = False
 
@@ -452,8 +459,8 @@ class MechanismPair:
         t = np.asarray(t, dtype=float)
         losses, a_at, b_at = self._atoms()
         a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
-        ea = self.mass_relative_error * a
-        eb = self.mass_relative_error * b
+        ea = self.mass_relative_error * a + self.mass_absolute_error
+        eb = self.mass_relative_error * b + self.mass_absolute_error
         if self.swapped:
             ca, cb, eca, ecb, *extra = continuous(-t[::-1])
             ca, cb, eca, ecb = cb[::-1], ca[::-1], ecb[::-1], eca[::-1]
@@ -510,7 +517,6 @@ class SubsampledGaussian(MechanismPair):
     noise_multiplier: float
     sample_rate: float
     swapped: bool = False
-    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
 
     def __post_init__(self):
         # a pair needs a real Gaussian: sigma = 0 is DiscretePair((1-q, q), (1, 0)), which
@@ -674,7 +680,6 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
     sensitivity: float = 1.0
     truncation: "float | None" = None
     swapped: bool = False
-    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
 
     def __post_init__(self):
         check_real("sigma", self.sigma, low=MIN_NOISE * 1e-6, high=MAX_NOISE * 1e6)
@@ -687,6 +692,36 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
             return 1.0
         z = self.truncation / self.sigma
         return float(normal_interval_mass(-z, z))
+
+    def _norm_relative_error(self) -> float:
+        """Relative error bound of Z = P(|X| <= T) and of dividing by it: the mass's
+        2u (8 + z^2) (``normal_interval_error``), the rounding of z = T / sigma (the mass
+        within u z of each end, 2 u z phi(z) / Z <= u) and the division (u)."""
+        if self.truncation is None:
+            return 0.0
+        z = self.truncation / self.sigma
+        return 2.0 * _U * (8.0 + z * z) * 1.001 + 3.0 * _U
+
+    @property
+    def mass_relative_error(self) -> float:
+        """Truncated: the larger of the two atoms' relative error bounds (their interval
+        masses' ``normal_interval_error`` and the mass within their end points' two
+        roundings, ``endpoint_mass``) plus Z's; untruncated there are no atoms."""
+        if self.truncation is None:
+            return 0.0
+        s, T, sd = self.sensitivity, self.truncation, self.sigma
+        zl = np.array([-T / sd, (T - s) / sd])
+        zh = np.array([(s - T) / sd, T / sd])
+        m = normal_interval_mass(zl, zh)
+        err = (normal_interval_error(zl, zh, m) + endpoint_mass(zl, 2.02 * _U * np.abs(zl))
+               + endpoint_mass(zh, 2.02 * _U * np.abs(zh)))
+        ratio = np.where(m > 0, err / np.where(m > 0, m, 1.0), 0.0)
+        return float(np.max(ratio)) * 1.001 + self._norm_relative_error() + 2.0 * _U
+
+    @property
+    def mass_absolute_error(self) -> float:
+        """Truncated: atoms that underflowed to 0 (their bounds' absolute terms, over Z)."""
+        return 0.0 if self.truncation is None else 16.0 * UNDERFLOW_FLOOR
 
     def _atoms(self):
         if self.truncation is None:
@@ -714,7 +749,7 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         za = ((x[:-1] - s) / sd, (x[1:] - s) / sd)
         b = normal_interval_mass(*zb)
         a = normal_interval_mass(*za)
-        rel_z = 0.0 if self.truncation is None else 1e-14
+        rel_z = self._norm_relative_error()
         # events within the end points' round-off (six roundings of x, then the
         # standardisation) may belong to the neighbouring bucket: their mass joins both
         # buckets' errors (the split pair and the groups use displaced borders instead,
@@ -747,7 +782,7 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         shift = dx[1:-1] * s / (sd * sd) * 1.01
         Z = self._norm()
         (b, a), (eb, ea) = normal_x_interval_masses(x, (0.0, s), sd)
-        rel_z = 0.0 if self.truncation is None else 1e-14
+        rel_z = self._norm_relative_error()
         return a / Z, b / Z, ea / Z + rel_z * a, eb / Z + rel_z * b, shift
 
     def _loss_range(self, tail):
@@ -772,7 +807,8 @@ class Laplace(MechanismPair):
     sensitivity: float = 1.0
     truncation: "float | None" = None
     swapped: bool = False
-    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+    #: the atoms (and the truncated pair's far atoms) may underflow
+    mass_absolute_error = 4 * UNDERFLOW_FLOOR
 
     def __post_init__(self):
         check_real("scale", self.scale, low=0.0, low_open=True)
@@ -783,6 +819,15 @@ class Laplace(MechanismPair):
     @property
     def epsilon0(self) -> float:
         return self.sensitivity / self.scale
+
+    @property
+    def mass_relative_error(self) -> float:
+        """Every mass is of an interval whose nearer end lies within eps0 scales of its
+        mean (max(eps0, T / scale) truncated; ``laplace_relative_error``); dividing by
+        the normalisation Z = 1 - e^{-T/scale} adds 4u, the atoms' sums 4u more."""
+        reach = self.epsilon0 if self.truncation is None else max(self.epsilon0,
+                                                                  self.truncation / self.scale)
+        return float(laplace_relative_error(reach * 1.001)) + 8.0 * _U
 
     def _cdf_mass(self, lo, hi, mean):
         """Laplace(mean, scale) mass of (lo, hi] (``laplace_interval_mass``)."""
@@ -831,7 +876,7 @@ class Laplace(MechanismPair):
         # belong to the neighbouring bucket: both densities are at most 1 / (2 b Z)
         dx = np.concatenate(([0.0], np.where(inside, 3.0 * _U * (b * np.abs(t) + s) / 2.0
                                              * 1.01, 0.0), [0.0]))
-        edge = 2.0 * dx / (2.0 * b * Z) * 1.001
+        edge = 2.0 * dx / (2.0 * b * Z) * 1.001 + UNDERFLOW_FLOOR
         rel = self.mass_relative_error
         return ma, mb, rel * ma + edge[:-1] + edge[1:], rel * mb + edge[:-1] + edge[1:]
 

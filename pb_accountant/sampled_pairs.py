@@ -22,7 +22,7 @@ from scipy import special
 
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
-from .mechanisms import (CONTINUOUS_MASS_RELATIVE_ERROR, DiscretePair, MechanismPair,
+from .mechanisms import (DiscretePair, MechanismPair,
                          normal_interval_error, normal_interval_mass,
                          normal_x_interval_mass)
 
@@ -41,7 +41,6 @@ class SymmetricSubsampledGaussian(MechanismPair):
     noise_multiplier: float
     sample_rate: float
     swapped: bool = False
-    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
 
     def __post_init__(self):
         check_noise_multiplier(self.noise_multiplier, allow_zero=False)

@@ -20,7 +20,8 @@ import numpy as np
 
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_real, check_sample_rate
-from .mechanisms import CONTINUOUS_MASS_RELATIVE_ERROR, MechanismPair, laplace_interval_mass
+from .mechanisms import (UNDERFLOW_FLOOR, MechanismPair, laplace_interval_mass,
+                         laplace_relative_error)
 
 __all__ = ["SubsampledLaplace"]
 
@@ -36,11 +37,20 @@ class SubsampledLaplace(MechanismPair):
     noise_multiplier: float
     sample_rate: float
     swapped: bool = False
-    mass_relative_error = CONTINUOUS_MASS_RELATIVE_ERROR
+    #: the atoms may underflow (e^{-1/b} at small b)
+    mass_absolute_error = 4 * UNDERFLOW_FLOOR
 
     def __post_init__(self):
         check_real("noise_multiplier", self.noise_multiplier, low=1e-3, high=1e12)
         check_sample_rate(self.sample_rate, allow_zero=False)
+
+    @property
+    def mass_relative_error(self) -> float:
+        """Every Laplace mass is of an interval whose nearer end lies within 1/b scales of
+        its mean (means 0 and 1, outcomes in [0, 1] or an atom's half-line;
+        ``laplace_relative_error``); the atoms' mixtures (1-q) b + q a1 of non-negative
+        terms and their sums add 8u (the continuous part's mixture: 4u, counted there)."""
+        return float(laplace_relative_error(1.001 / self.noise_multiplier)) + 8.0 * _U
 
     # -- the loss and its inverse ---------------------------------------------------
     def _mixed_loss(self, ell):
@@ -134,7 +144,7 @@ class SubsampledLaplace(MechanismPair):
         rel = self.mass_relative_error
         # events within an end point's error may belong to the neighbouring bucket: their
         # mass (both densities are at most 1 / (2 scale)) joins each bucket's error
-        m = 2.0 * dx / (2.0 * scale) * 1.001
+        m = 2.0 * dx / (2.0 * scale) * 1.001 + UNDERFLOW_FLOOR
         edge = m[:-1] + m[1:]
         return a, bm, rel * a + 4 * _U * a + edge, rel * bm + edge
 
