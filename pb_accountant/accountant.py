@@ -30,7 +30,7 @@ import numpy as np
 from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, check_epsilons,
                           check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
-from .engine import PrivacyBuckets, adaptive_epsilon_bounds
+from .engine import PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 from .samplers import (Assumptions, SampledPairs, available_samplers, bracket_lower_delta,
@@ -365,12 +365,9 @@ class PrivacyBucketsAccountant:
         sp = self._sampled(history, a)
         tag = {"sampler": a.sampler, "neighbouring": a.neighbouring}
         if sp.lower is None:
-            engine = PrivacyBuckets(self._composer.compose(list(sp.upper), None,
-                                                           ("split", "grouped")), None)
-            result = engine.delta_bounds(epsilon)
+            result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon)
             return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
-        up = PrivacyBuckets(self._composer.compose(list(sp.upper), None, ("split",)), None)
-        result = up.delta_bounds(epsilon)
+        result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon, ("split",))
         lo = bracket_lower_delta(self._composer, sp, np.asarray(result.epsilon, dtype=float))
         lo = np.minimum(lo, np.asarray(result.upper))
         if np.ndim(result.upper) == 0:

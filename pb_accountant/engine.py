@@ -19,7 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._validation import check_delta, check_epsilons
-from .composition import BucketOptions, BucketSet, Composer, canonical_history
+from .composition import (DEFAULT_DELTA_CLASS, BucketOptions, BucketSet, Composer,
+                          canonical_history, delta_class)
 from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
@@ -288,6 +289,44 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
             break
         best = _best_of(best, _two_sided_bounds(finer, history, delta, symmetric))
     return best
+
+
+#: the smallest delta class a delta query composes for (the brief's range ends here)
+SMALLEST_DELTA_CLASS = 1e-15
+
+
+def adaptive_delta_bounds(composer: Composer, history, epsilon,
+                          methods: Sequence[str] = DEFAULT_METHODS) -> DeltaBounds:
+    """Bounds on delta at ``epsilon`` (one or an array), sized for the answer.
+
+    A delta query does not know its answer's size in advance, so it first composes for
+    the default delta class; the infinity mass and round-off that class allows leave an
+    absolute floor near 1e-14.  Where the smallest upper bound found lies below the
+    class, the history is composed again for the class of that answer (at least
+    SMALLEST_DELTA_CLASS) and every entry keeps the tighter of its two certified
+    brackets.  Large leaf grids start COARSE_LEVEL halvings coarser, as epsilon queries
+    do.  The decisions depend on the history and epsilon alone.
+    """
+    history = canonical_history(history)
+    start = composer
+    if history and composer.refined(COARSE_LEVEL) is not None:
+        if composer.largest_leaf(history, None) >= COARSE_FIRST_LEAF_BUCKETS:
+            start = composer.refined(COARSE_LEVEL)
+    first = PrivacyBuckets(start.compose(history, None, methods), None).delta_bounds(epsilon)
+    upper = np.atleast_1d(np.asarray(first.upper, dtype=float))
+    small = upper[(upper > 0.0) & np.isfinite(upper)]
+    if small.size == 0:
+        return first
+    target = max(float(small.min()), SMALLEST_DELTA_CLASS)
+    if delta_class(target) >= DEFAULT_DELTA_CLASS:
+        return first
+    second = PrivacyBuckets(start.compose(history, target, methods),
+                            target).delta_bounds(epsilon)
+    up = np.minimum(first.upper, second.upper)
+    low = np.minimum(np.maximum(first.lower, second.lower), up)
+    if np.ndim(first.upper) == 0:
+        up, low = float(up), float(low)
+    return dataclasses.replace(second, lower=low, upper=up)
 
 
 def _best_of(bounds: EpsilonBounds, better: EpsilonBounds) -> EpsilonBounds:
