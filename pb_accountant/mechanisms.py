@@ -87,23 +87,24 @@ def flushed_tail(z) -> np.ndarray:
 
 
 def normal_interval_error(lo, hi, mass) -> np.ndarray:
-    """Bound on the absolute error of ``normal_interval_mass``: 2u (8 + z^2) times the
+    """Bound on the absolute error of ``normal_interval_mass``: u (16 + 14 z^2) times the
     mass, plus what ndtr flushed to 0 at either end (``flushed_tail``) and the
     ``UNDERFLOW_FLOOR``.
 
-    Quadrature branch: z^2 carries 2u relative error, so exp(-z^2/2) loses at most
-    u z^2 + u; the 12 weighted terms and their sum add at most ~13u; the rule's
-    truncation is below rounding for h (|z| + h) < 1.  CDF branch: ndtr is good to a few
-    ulp (u z^2 in the far tail, where it too goes through exp) and the difference on the
-    tail side cancels by a factor below 2.5.  Both stay below 2u (8 + z^2);
-    tests/test_mechanisms.py checks it on 3400 intervals against 60-digit mpmath (worst
-    seen: 2.8u (1 + z^2)).
+    CDF branch: scipy's ndtr is taken to be good to 6u z^2 + 4u relative in the tail
+    (measured against mpmath: up to 3.75u z^2, the error of exp(-z^2/2)'s argument), and
+    a wide interval (h (|z| + h) >= 1) cancels by a factor below 2.2 on the tail side:
+    13.2u z^2 + 8.8u, and the difference's rounding.  Quadrature branch: z^2 carries 4u
+    relative, so exp(-z^2/2) loses at most 2u z^2 + 2u; the 12 weighted terms and their
+    sum add at most ~13u; the rule's truncation is below rounding for h (|z| + h) < 1.
+    tests/test_mechanisms.py and tests/test_adversarial_extremes.py check it against
+    60-digit mpmath (the former bound 2u (8 + z^2) was exceeded 1.35 times far out).
     """
     lo = np.asarray(lo, dtype=float)
     hi = np.asarray(hi, dtype=float)
     reach = np.minimum(np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
                                   np.abs(np.where(np.isfinite(hi), hi, 0.0))), 1e4)
-    relative = 2.0 * _U * (8.0 + reach * reach) * np.asarray(mass)
+    relative = _U * (16.0 + 14.0 * reach * reach) * np.asarray(mass)
     with np.errstate(invalid="ignore"):
         valid = hi > lo
     return np.where(valid, relative + flushed_tail(lo) + flushed_tail(hi) + UNDERFLOW_FLOOR,
@@ -668,6 +669,11 @@ class SubsampledGaussian(MechanismPair):
         return lo, hi
 
 
+#: largest sensitivity, and sensitivity / sigma, of the Gaussian mechanism (their squares
+#: stay finite with room for the grid's arithmetic)
+MAX_SENSITIVITY = 1e100
+
+
 @dataclass(frozen=True)
 class Gaussian(MechanismPair):  # noqa: D101 - documented below
     """Gaussian mechanism: A = N(sensitivity, sigma^2), B = N(0, sigma^2) (paper §5.2).
@@ -683,7 +689,12 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
 
     def __post_init__(self):
         check_real("sigma", self.sigma, low=MIN_NOISE * 1e-6, high=MAX_NOISE * 1e6)
-        check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
+        # sensitivity^2 and (sensitivity / sigma)^2 stay finite (the loss grid and the
+        # end points square them)
+        check_real("sensitivity", self.sensitivity, low=0.0, low_open=True,
+                   high=MAX_SENSITIVITY)
+        check_real("sensitivity / sigma", self.sensitivity / self.sigma,
+                   high=MAX_SENSITIVITY)
         if self.truncation is not None:
             check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)
 
@@ -695,12 +706,12 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
 
     def _norm_relative_error(self) -> float:
         """Relative error bound of Z = P(|X| <= T) and of dividing by it: the mass's
-        2u (8 + z^2) (``normal_interval_error``), the rounding of z = T / sigma (the mass
-        within u z of each end, 2 u z phi(z) / Z <= u) and the division (u)."""
+        u (16 + 14 z^2) (``normal_interval_error``), the rounding of z = T / sigma (the
+        mass within u z of each end, 2 u z phi(z) / Z <= u) and the division (u)."""
         if self.truncation is None:
             return 0.0
         z = self.truncation / self.sigma
-        return 2.0 * _U * (8.0 + z * z) * 1.001 + 3.0 * _U
+        return _U * (16.0 + 14.0 * z * z) * 1.001 + 3.0 * _U
 
     @property
     def mass_relative_error(self) -> float:

@@ -22,7 +22,7 @@ from scipy import special
 
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
-from .mechanisms import (DiscretePair, MechanismPair,
+from .mechanisms import (DiscretePair, MechanismPair, endpoint_mass,
                          normal_interval_error, normal_interval_mass,
                          normal_x_interval_mass)
 
@@ -71,7 +71,31 @@ class SymmetricSubsampledGaussian(MechanismPair):
             log_u_neg = (math.log(2.0) + t + log_q + log_c) - np.logaddexp(log_absb, log_root)
             log_u = np.where(pos, log_u_pos, log_u_neg)
         x = s2 * log_u
+        # near the centre the log-space roots cancel (x / s^2 = log u is the difference of
+        # numbers near log(1/(2 q c))): there solve for w - 1 = e^{x/s^2} - 1 directly,
+        # in the odd form x(t) = -x(-t), where no term cancels:
+        # w - 1 = (b + (b^2 + 4 a^2 expm1(t)) / (R + 2a)) / (2a), a = alpha,
+        # b = (1 - a) expm1(t), R = sqrt(b^2 + 4 a^2 e^t)
+        a = self._alpha()
+        ta = np.minimum(np.abs(np.where(np.isfinite(t), t, 0.0)), self._SMALL_Y)
+        em = np.expm1(ta)
+        b = (1.0 - a) * em
+        root = np.sqrt(b * b + 4.0 * a * a * (em + 1.0))
+        w1 = (b + (b * b + 4.0 * a * a * em) / (root + 2.0 * a)) / (2.0 * a)
+        near = np.copysign(s2 * np.log1p(w1), t)
+        x = np.where(np.abs(t) <= self._SMALL_Y, near, x)
         return np.where(np.isneginf(t), -np.inf, np.where(np.isposinf(t), np.inf, x))
+
+    #: |x| / s^2 up to which the loss is evaluated through expm1 (no cancellation)
+    _SMALL_Y = 30.0
+
+    def _alpha(self) -> float:
+        """q c / (1 - q + q c): L(x) = log1p(alpha expm1(y)) - log1p(alpha expm1(-y)),
+        y = x / s^2."""
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        qc = q * math.exp(-0.5 / s2)
+        return qc / ((1.0 - q) + qc)
 
     def _loss_of_x(self, x):
         s2 = self.noise_multiplier ** 2
@@ -79,18 +103,70 @@ class SymmetricSubsampledGaussian(MechanismPair):
         x = np.asarray(x, dtype=float)
         if q == 1.0:
             return 2.0 * x / s2
+        y = x / s2
+        small = np.abs(y) <= self._SMALL_Y
+        ys = np.where(small, y, 0.0)
+        alpha = self._alpha()
+        near = np.log1p(alpha * np.expm1(ys)) - np.log1p(alpha * np.expm1(-ys))
         log_c = -0.5 / s2
         l1 = math.log1p(-q)
         lq = math.log(q) + log_c
-        return np.logaddexp(l1, lq + x / s2) - np.logaddexp(l1, lq - x / s2)
+        with np.errstate(over="ignore"):
+            far = np.logaddexp(l1, lq + y) - np.logaddexp(l1, lq - y)
+        return np.where(small, near, far)
+
+    def _loss_error(self, x, loss):
+        """Bound on |_loss_of_x(x) computed - L(x)|.  Near the centre (|y| <= 30, y =
+        x / s^2) the two log1p terms have opposite signs, so the bound is relative to
+        them: v = alpha expm1(+-y) carries u (13 + 4 |y| + 2 / s^2) relative (y's two
+        roundings amplified by y e^y / expm1(y) <= 1 + |y|, expm1's ulp, alpha's five
+        roundings and exp(-1/(2 s^2))'s argument, the product), which log1p turns into
+        |v| eps / (1 + v) absolutely, plus its own ulp and the difference's.  Far out,
+        each logaddexp input carries a few ulp of |log q| + |log c| + |y| and each
+        logaddexp and the difference an ulp of their results, doubled."""
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        x = np.asarray(x, dtype=float)
+        y = np.abs(x) / s2
+        if q == 1.0:
+            return 4.0 * _U * np.abs(loss)
+        l1 = abs(math.log1p(-q))
+        lq = abs(math.log(q)) + 0.5 / s2
+        far = 16.0 * _U * (l1 + lq + y + 1.0) + 2.0 * _U * np.abs(loss)
+        small = y <= self._SMALL_Y
+        ys = np.where(small, y, 0.0)
+        alpha = self._alpha()
+        eps_v = _U * (13.0 + 4.0 * ys + 2.0 / s2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v1 = alpha * np.expm1(ys)              # >= 0
+            v2 = alpha * np.expm1(-ys)             # in (-alpha, 0]
+            t1, t2 = np.log1p(v1), np.log1p(v2)
+            near = (v1 * eps_v / (1.0 + v1) + np.abs(v2) * eps_v / (1.0 + v2) * 1.01
+                    + 2.0 * _U * (t1 - t2) + 2.0 * _U * np.abs(loss)) * 1.01
+        return np.where(small, near, far)
 
     def _continuous(self, t):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
+    def _min_slope(self) -> float:
+        """A lower bound on L'(x) over the real line: s^2 L' = sigma(x) + sigma(-x) for
+        the logistic sigma(x) = q c e^{x/s^2} / (1 - q + q c e^{x/s^2}), which is at
+        least min(2 sigma(0), 1) (its minimum is at 0 when sigma's centre is right of 0,
+        its infimum 1 at +-inf otherwise), with 1% of room for rounding."""
+        s2 = self.noise_multiplier ** 2
+        q = self.sample_rate
+        qc = q * math.exp(-0.5 / s2)
+        return min(2.0 * qc / (1.0 - q + qc), 1.0) / s2 * 0.99
+
     def _continuous_with_error(self, t):
+        """Masses of the x-intervals between the computed end points, with the mass
+        within each end point's distance to the exact one counted as error in both
+        buckets: that distance is at most the end point's loss displacement (measured
+        as in ``_continuous_with_displacement``) over the least slope of L."""
         s = self.noise_multiplier
         q = self.sample_rate
+        t = np.asarray(t, dtype=float)
         x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
         x = np.maximum.accumulate(x)
         z0l, z0h = x[:-1] / s, x[1:] / s
@@ -102,25 +178,31 @@ class SymmetricSubsampledGaussian(MechanismPair):
         e0 = normal_interval_error(z0l, z0h, m0)
         ep = normal_interval_error(zpl, zph, mp)
         em = normal_interval_error(zml, zmh, mm)
+        # the end points' distance to the exact ones, in z units (plus the rounding of
+        # standardising them: 2u of |x| + 1, over s)
+        xe = x[1:-1]
+        finite = np.isfinite(xe)
+        with np.errstate(invalid="ignore", over="ignore"):
+            loss = self._loss_of_x(np.where(finite, xe, 0.0))
+            shift = np.abs(loss - t) * (1.0 + 2.0 * _U) + self._loss_error(
+                np.where(finite, xe, 0.0), loss)
+            dx = shift / self._min_slope() * 1.01 + 2.02 * _U * (np.abs(xe) + 1.0)
+        dz = np.concatenate(([0.0], np.where(finite, dx / s * 1.01, 0.0), [0.0]))
+
+        def edges(mean):
+            with np.errstate(invalid="ignore"):
+                m = endpoint_mass((x - mean) / s, dz)
+            return m[:-1] + m[1:]
+
+        ep = ep + edges(1.0)
+        em = em + edges(-1.0)
         if q == 1.0:
             return mp, mm, ep, em
+        e0 = e0 + edges(0.0)
         a = (1.0 - q) * m0 + q * mp
         b = (1.0 - q) * m0 + q * mm
         return (a, b, (1.0 - q) * e0 + q * ep + 2 * _U * a,
                 (1.0 - q) * e0 + q * em + 2 * _U * b)
-
-    def _loss_error(self, x, loss):
-        """Bound on |_loss_of_x(x) computed - L(x)|: each input of the two logaddexp
-        carries a few ulp of |log q| + |log c| + |x| / s^2, each logaddexp and the
-        difference an ulp of their results (exp, log1p good to an ulp), doubled."""
-        s2 = self.noise_multiplier ** 2
-        q = self.sample_rate
-        ax = np.abs(x) / s2
-        if q == 1.0:
-            return 4.0 * _U * np.abs(loss)
-        l1 = abs(math.log1p(-q))
-        lq = abs(math.log(q)) + 0.5 / s2
-        return 16.0 * _U * (l1 + lq + ax + 1.0) + 2.0 * _U * np.abs(loss)
 
     def _continuous_with_displacement(self, t):
         """Masses of the x-intervals between the computed end points (exact event sets,
