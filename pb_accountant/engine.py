@@ -245,16 +245,18 @@ COARSE_LEVEL = -2
 MAX_PASSES = 3
 
 
-def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH) -> int:
-    """Halvings of the resolutions predicted to bring ``bounds`` to ``aim`` (0: none;
-    never for an infinite or zero upper bound, which a finer grid does not fix)."""
+def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
+                     most: int = MAX_REFINEMENT) -> int:
+    """Halvings of the resolutions predicted to bring ``bounds`` to ``aim``, at most
+    ``most`` (0: none; never for an infinite or zero upper bound, which a finer grid
+    does not fix)."""
     up, low = bounds.upper, bounds.lower
     if not (math.isfinite(up) and up > 0.0):
         return 0
     width = (up - low) / up
     if width <= TARGET_WIDTH:
         return 0
-    return int(min(MAX_REFINEMENT, max(1, math.ceil(math.log(width / aim, 4.0)))))
+    return int(min(most, max(1, math.ceil(math.log(width / aim, 4.0)))))
 
 
 def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
@@ -280,7 +282,9 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     best = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
     for _ in range(MAX_PASSES - 1):
         aim = TARGET_WIDTH if level >= 0 else TARGET_WIDTH / 2
-        halvings = refinement_level(best, aim)
+        # (the cap is on the level reached: from a coarse start a query may go straight
+        # to MAX_REFINEMENT instead of through a level its width already rules out)
+        halvings = refinement_level(best, aim, MAX_REFINEMENT - level)
         if halvings == 0 or level >= MAX_REFINEMENT:
             break
         level = min(level + halvings, MAX_REFINEMENT)
