@@ -172,6 +172,16 @@ def _merged(row: np.ndarray, grid: Grid, odd_weight: float = 1.0) -> np.ndarray:
     return out
 
 
+def _merged_parts(even: np.ndarray, odd: np.ndarray, grid: Grid) -> np.ndarray:
+    """``_merged`` of a row whose even and odd entries (already weighted) are given."""
+    even_start, odd_start, base, new = _parity_slices(grid)
+    out = np.zeros(new.size)
+    out[base: base + len(even)] += even
+    first_odd = base + (1 if odd_start > even_start else 0)
+    out[first_odd: first_odd + len(odd)] += odd
+    return out
+
+
 def _window(grid: Grid, window: Grid):
     """Positions [lo, hi] of ``window`` (from ``grid.window``) inside ``grid``."""
     if (window.log_factor != grid.log_factor or window.number_of_buckets > grid.number_of_buckets
@@ -875,14 +885,65 @@ class GroupedBuckets(BucketRepresentation):
         return self._with(grid, rows, self.error, relative=rel, log_scale=log_scale)
 
     def squared(self) -> "GroupedBuckets":
+        """Merge pairs of groups (paper Def. 4); C's odd groups gain a factor f, D's lose
+        one.  At a factor far from 1 (epsilon of millions: f up to 1e222) the weights
+        are written 2^m w and 2^m goes to the row's log-scale, so that the stored rows
+        stay in range and their convolutions cannot overflow (docs/floating-point.md)."""
         f = self.grid.factor
-        weight = {"A": 1.0, "B": 1.0, "C": f, "D": 1.0 / f}
-        kinds = self.kinds
-        rows = np.vstack([_merged(r, self.grid, weight[k]) for r, k in zip(self.rows, kinds)])
-        growth = np.array([max(weight[k], 1.0) for k in kinds])
-        err = self.error * growth * (1.0 + 4 * _U)
-        return self._with(self.grid.squared(), rows, err,
-                          relative=_rounded_relative(self.relative))
+        if not (math.isfinite(f) and f > 0):
+            raise OverflowError(f"grid factor {f!r} beyond floating-point range")
+        if 2.0 ** -_WEIGHT_EXP <= f <= 2.0 ** _WEIGHT_EXP:
+            weight = {"A": 1.0, "B": 1.0, "C": f, "D": 1.0 / f}
+            kinds = self.kinds
+            rows = np.vstack([_merged(r, self.grid, weight[k])
+                              for r, k in zip(self.rows, kinds)])
+            growth = np.array([max(weight[k], 1.0) for k in kinds])
+            err = self.error * growth * (1.0 + 4 * _U)
+            return self._with(self.grid.squared(), rows, err,
+                              relative=_rounded_relative(self.relative))
+        return self._squared_scaled()
+
+    def _squared_scaled(self) -> "GroupedBuckets":
+        """``squared`` at a factor beyond 2^+-_WEIGHT_EXP.  The merged C row (weight
+        W = f on odd groups; D: W = 1/f) is stored times 2^-M, M the binary exponent of
+        its largest entry, and M log 2 is added to its log-scale: even 2^-M +
+        (odd w) 2^(e - M) with W = w 2^e, w in [0.5, 1) (``ldexp``: exact but for
+        underflow, at most 2^-1075 an entry per step, charged as absolute error).  The
+        product odd * w is the one rounding of ``_merged``'s odd * W."""
+        f = self.grid.factor
+        weights = {"C": math.frexp(f), "D": math.frexp(1.0 / f)}
+        even_start, odd_start, _, new = _parity_slices(self.grid)
+        rows = np.empty((len(self.rows), new.size))
+        err = self.error.copy()
+        log_scale = self.log_scale.copy()
+        rel = _rounded_relative(self.relative)
+        for i, (r, k) in enumerate(zip(self.rows, self.kinds)):
+            if k not in weights:
+                rows[i] = _merged(r, self.grid, 1.0)
+                err[i] = self.error[i] * (1.0 + 4 * _U)
+                continue
+            w, e = weights[k]
+            even, odd = r[even_start::2], r[odd_start::2]
+            top_even = math.frexp(float(even.max(initial=0.0)))[1]
+            top_odd = math.frexp(float(odd.max(initial=0.0)))[1] + e
+            live = [t for t, x in ((top_even, even), (top_odd, odd)) if x.max(initial=0.0) > 0]
+            m = max(live) if live else 0
+            rows[i] = _merged_parts(np.ldexp(even, -m), np.ldexp(odd * w, e - m),
+                                    self.grid)
+            # true error <= max(W, 1) times the old one; in the new stored units times 2^-m
+            grown = math.ldexp(self.error[i] * w, e - m) if e > 0 \
+                else math.ldexp(self.error[i], -m)
+            err[i] = grown * (1.0 + 4 * _U) + 5e-324 * (1.0 + 1e-9) * 2 * new.size
+            if not math.isfinite(err[i]):
+                raise OverflowError(f"grouped {k} row's error bound beyond floating-point "
+                                    f"range after squaring at factor {f!r}")
+            if m:
+                old = log_scale[i]
+                log_scale[i] = old + m * math.log(2.0)
+                rel[i] = rel[i] * (1.0 + 4 * _U) + float(_scale_rounding(
+                    np.array([log_scale[i]]), np.array([old]),
+                    np.array([m * math.log(2.0)]))[0])
+        return self._with(new, rows, err, relative=rel, log_scale=log_scale)
 
 
 #: the label caps tried: the largest gap among groups whose labels carry at most this
@@ -920,6 +981,11 @@ def _scale_rounding(total: np.ndarray, *parts: np.ndarray) -> np.ndarray:
     size = np.abs(total) + sum(np.abs(p) for p in parts)
     return np.where(size > 0, 4.0 * _U * size, 0.0) * (1.0 + 1e-9)
 
+
+#: ``GroupedBuckets.squared`` moves C's and D's weights f^+-1 into the log-scales once
+#: f leaves [2^-_WEIGHT_EXP, 2^_WEIGHT_EXP] (rows at most 2^_NORMAL_EXP times 2^64 keep
+#: their convolutions' scales 2^(ex + ey) in range)
+_WEIGHT_EXP = 64
 
 #: stored rows are rescaled by a power of two once their largest entry leaves
 #: [2^-_NORMAL_EXP, 2^_NORMAL_EXP] (keeps the convolution's scale factors finite)
