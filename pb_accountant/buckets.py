@@ -32,7 +32,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
-from .convolution import CONVOLUTION_RELATIVE_ERROR, convolve_rows
+from .convolution import CONVOLUTION_RELATIVE_ERROR, check_finite, convolve_rows
 from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
 
@@ -289,12 +289,17 @@ def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atom
     the corners, each sum of <= n terms) and the rounding of the infinity atoms'
     product formula (``atoms``: the operands' atoms summed).
     """
-    with np.errstate(over="ignore"):       # an overflowing bound is inf: still a bound
-        rel_z = _compose_relative(rel_x, rel_y)
-        return ((err_x * ((1.0 + rel_y) * mass_y + err_y) + (1.0 + rel_x) * mass_x * err_y
-                 + fft_err * (1.0 + rel_z)
-                 + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
-                 + 4.0 * _U * atoms) * (1.0 + 1e-12))
+    inputs = (err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atoms)
+    if any(np.isnan(np.asarray(v, dtype=float)).any() for v in inputs):
+        raise RuntimeError("internal error: NaN in the operands of a product's error bound")
+    with np.errstate(over="ignore", invalid="ignore"):   # an overflowing bound is inf:
+        rel_z = _compose_relative(rel_x, rel_y)           # still a bound
+        err = ((err_x * ((1.0 + rel_y) * mass_y + err_y) + (1.0 + rel_x) * mass_x * err_y
+                + fft_err * (1.0 + rel_z)
+                + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
+                + 4.0 * _U * atoms) * (1.0 + 1e-12))
+    # NaN here can only be inf * 0 or inf - inf from an infinite operand: inf bounds it
+    return np.where(np.isnan(err), np.inf, err)
 
 
 def leaf_masses(pair, cuts, spacing: float):
@@ -636,6 +641,8 @@ class GroupedBuckets(BucketRepresentation):
 
     def row_errors(self) -> Dict[str, float]:
         """Absolute error bounds per row, in true units (inf where beyond range)."""
+        if np.isnan(self.error).any() or np.isnan(self.log_scale).any():
+            raise RuntimeError("internal error: NaN in a grouped row's error bound or scale")
         with np.errstate(over="ignore"):
             return {k: float(e * np.exp(ls)) if e > 0 else 0.0
                     for k, e, ls in zip(self.kinds, self.error, self.log_scale)}
@@ -655,6 +662,13 @@ class GroupedBuckets(BucketRepresentation):
         log(ratio) - label over an upper tail of the groups, at most LABEL_SLACK) gives
         a valid bound; the largest is taken (docs/method.md §6)."""
         t = self.grid.losses
+        for what, v in (("rows", self.rows), ("error bounds", self.error),
+                        ("relative errors", self.relative), ("log-scales", self.log_scale),
+                        ("infinity groups", (self.a_inf, self.b_minf))):
+            if np.isnan(np.asarray(v, dtype=float)).any():
+                raise RuntimeError(f"internal error: NaN in the grouped buckets' {what}")
+        check_finite("grouped buckets' rows", self.rows)
+        check_finite("grouped buckets' log-scales", self.log_scale)
         curves = {}
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             for direction, (p_kind, q_kind), sign, const in (
@@ -998,8 +1012,9 @@ def _normalised(rows, err, log_scale, rel):
     scale (its rounding is relative)."""
     peak = rows.max(axis=1) if rows.shape[1] else np.zeros(len(rows))
     copied = False
+    check_finite("a grouped product's rows", peak)
     for i, top in enumerate(peak):
-        if not (top > 0 and math.isfinite(top)):
+        if not top > 0:
             continue
         m = math.frexp(top)[1]
         if abs(m) <= _NORMAL_EXP:
