@@ -204,6 +204,11 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     pb_rxhy = _pair_bound(n_fft, n_rx, n_hy)
     pb_rr = _pair_bound(n_fft, n_rx, n_ry)
     two_way = (pb_hxry + pb_rxhy + pb_rr) * 1.5 * math.sqrt(n_fft)
+    if (ex + ey).max(initial=0) > 1023:
+        # the product's scale 2^(ex + ey) itself is beyond range (it would turn the
+        # product's zeros into NaN)
+        raise OverflowError("convolve_rows' product beyond floating-point range "
+                            f"(scale 2^{int((ex + ey).max())})")
     scale = np.ldexp(1.0, (ex + ey).astype(int))
     three_way = bool((two_way * scale > tolerance).any())
     if three_way:
