@@ -913,6 +913,14 @@ class GroupedBuckets(BucketRepresentation):
                               for r, k in zip(self.rows, kinds)])
             growth = np.array([max(weight[k], 1.0) for k in kinds])
             err = self.error * growth * (1.0 + 4 * _U)
+            if "D" in kinds:
+                # D's odd entries times 1/f may underflow (at most 2^-1075 each): charged
+                # only where an entry is small enough for it, so other rows keep their bits
+                i = kinds.index("D")
+                r = self.rows[i]
+                if np.any((r > 0.0) & (r < _SMALLEST_NORMAL * f)):
+                    err = err.copy()
+                    err[i] += 5e-324 * (1.0 + 1e-9) * rows.shape[1]
             return self._with(self.grid.squared(), rows, err,
                               relative=_rounded_relative(self.relative))
         return self._squared_scaled()
@@ -922,7 +930,7 @@ class GroupedBuckets(BucketRepresentation):
         W = f on odd groups; D: W = 1/f) is stored times 2^-M, M the binary exponent of
         its largest entry, and M log 2 is added to its log-scale: even 2^-M +
         (odd w) 2^(e - M) with W = w 2^e, w in [0.5, 1) (``ldexp``: exact but for
-        underflow, at most 2^-1075 an entry per step, charged as absolute error).  The
+        underflow, at most 2^-1074 an entry in all, charged as absolute error).  The
         product odd * w is the one rounding of ``_merged``'s odd * W."""
         f = self.grid.factor
         weights = {"C": math.frexp(f), "D": math.frexp(1.0 / f)}
@@ -942,8 +950,10 @@ class GroupedBuckets(BucketRepresentation):
             top_odd = math.frexp(float(odd.max(initial=0.0)))[1] + e
             live = [t for t, x in ((top_even, even), (top_odd, odd)) if x.max(initial=0.0) > 0]
             m = max(live) if live else 0
-            rows[i] = _merged_parts(np.ldexp(even, -m), np.ldexp(odd * w, e - m),
-                                    self.grid)
+            # scaling down after the product, up before it: either way an underflow
+            # costs at most 2^-1075 in the new stored units
+            odd_part = np.ldexp(odd * w, e - m) if e <= m else np.ldexp(odd, e - m) * w
+            rows[i] = _merged_parts(np.ldexp(even, -m), odd_part, self.grid)
             # true error <= max(W, 1) times the old one; in the new stored units times 2^-m
             grown = math.ldexp(self.error[i] * w, e - m) if e > 0 \
                 else math.ldexp(self.error[i], -m)
@@ -1000,6 +1010,7 @@ def _scale_rounding(total: np.ndarray, *parts: np.ndarray) -> np.ndarray:
 #: f leaves [2^-_WEIGHT_EXP, 2^_WEIGHT_EXP] (rows at most 2^_NORMAL_EXP times 2^64 keep
 #: their convolutions' scales 2^(ex + ey) in range)
 _WEIGHT_EXP = 64
+_SMALLEST_NORMAL = 2.2250738585072014e-308
 
 #: stored rows are rescaled by a power of two once their largest entry leaves
 #: [2^-_NORMAL_EXP, 2^_NORMAL_EXP] (keeps the convolution's scale factors finite)
