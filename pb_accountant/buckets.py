@@ -32,7 +32,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
-from .convolution import CONVOLUTION_RELATIVE_ERROR, convolve_rows
+from .convolution import CONVOLUTION_RELATIVE_ERROR, check_finite, convolve_rows
 from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
 
@@ -172,6 +172,16 @@ def _merged(row: np.ndarray, grid: Grid, odd_weight: float = 1.0) -> np.ndarray:
     return out
 
 
+def _merged_parts(even: np.ndarray, odd: np.ndarray, grid: Grid) -> np.ndarray:
+    """``_merged`` of a row whose even and odd entries (already weighted) are given."""
+    even_start, odd_start, base, new = _parity_slices(grid)
+    out = np.zeros(new.size)
+    out[base: base + len(even)] += even
+    first_odd = base + (1 if odd_start > even_start else 0)
+    out[first_odd: first_odd + len(odd)] += odd
+    return out
+
+
 def _window(grid: Grid, window: Grid):
     """Positions [lo, hi] of ``window`` (from ``grid.window``) inside ``grid``."""
     if (window.log_factor != grid.log_factor or window.number_of_buckets > grid.number_of_buckets
@@ -279,12 +289,17 @@ def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atom
     the corners, each sum of <= n terms) and the rounding of the infinity atoms'
     product formula (``atoms``: the operands' atoms summed).
     """
-    with np.errstate(over="ignore"):       # an overflowing bound is inf: still a bound
-        rel_z = _compose_relative(rel_x, rel_y)
-        return ((err_x * ((1.0 + rel_y) * mass_y + err_y) + (1.0 + rel_x) * mass_x * err_y
-                 + fft_err * (1.0 + rel_z)
-                 + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
-                 + 4.0 * _U * atoms) * (1.0 + 1e-12))
+    inputs = (err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atoms)
+    if any(np.isnan(np.asarray(v, dtype=float)).any() for v in inputs):
+        raise RuntimeError("internal error: NaN in the operands of a product's error bound")
+    with np.errstate(over="ignore", invalid="ignore"):   # an overflowing bound is inf:
+        rel_z = _compose_relative(rel_x, rel_y)           # still a bound
+        err = ((err_x * ((1.0 + rel_y) * mass_y + err_y) + (1.0 + rel_x) * mass_x * err_y
+                + fft_err * (1.0 + rel_z)
+                + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
+                + 4.0 * _U * atoms) * (1.0 + 1e-12))
+    # NaN here can only be inf * 0 or inf - inf from an infinite operand: inf bounds it
+    return np.where(np.isnan(err), np.inf, err)
 
 
 def leaf_masses(pair, cuts, spacing: float):
@@ -626,6 +641,8 @@ class GroupedBuckets(BucketRepresentation):
 
     def row_errors(self) -> Dict[str, float]:
         """Absolute error bounds per row, in true units (inf where beyond range)."""
+        if np.isnan(self.error).any() or np.isnan(self.log_scale).any():
+            raise RuntimeError("internal error: NaN in a grouped row's error bound or scale")
         with np.errstate(over="ignore"):
             return {k: float(e * np.exp(ls)) if e > 0 else 0.0
                     for k, e, ls in zip(self.kinds, self.error, self.log_scale)}
@@ -645,6 +662,13 @@ class GroupedBuckets(BucketRepresentation):
         log(ratio) - label over an upper tail of the groups, at most LABEL_SLACK) gives
         a valid bound; the largest is taken (docs/method.md §6)."""
         t = self.grid.losses
+        for what, v in (("rows", self.rows), ("error bounds", self.error),
+                        ("relative errors", self.relative), ("log-scales", self.log_scale),
+                        ("infinity groups", (self.a_inf, self.b_minf))):
+            if np.isnan(np.asarray(v, dtype=float)).any():
+                raise RuntimeError(f"internal error: NaN in the grouped buckets' {what}")
+        check_finite("grouped buckets' rows", self.rows)
+        check_finite("grouped buckets' log-scales", self.log_scale)
         curves = {}
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             for direction, (p_kind, q_kind), sign, const in (
@@ -875,14 +899,75 @@ class GroupedBuckets(BucketRepresentation):
         return self._with(grid, rows, self.error, relative=rel, log_scale=log_scale)
 
     def squared(self) -> "GroupedBuckets":
+        """Merge pairs of groups (paper Def. 4); C's odd groups gain a factor f, D's lose
+        one.  At a factor far from 1 (epsilon of millions: f up to 1e222) the weights
+        are written 2^m w and 2^m goes to the row's log-scale, so that the stored rows
+        stay in range and their convolutions cannot overflow (docs/floating-point.md)."""
         f = self.grid.factor
-        weight = {"A": 1.0, "B": 1.0, "C": f, "D": 1.0 / f}
-        kinds = self.kinds
-        rows = np.vstack([_merged(r, self.grid, weight[k]) for r, k in zip(self.rows, kinds)])
-        growth = np.array([max(weight[k], 1.0) for k in kinds])
-        err = self.error * growth * (1.0 + 4 * _U)
-        return self._with(self.grid.squared(), rows, err,
-                          relative=_rounded_relative(self.relative))
+        if not (math.isfinite(f) and f > 0):
+            raise OverflowError(f"grid factor {f!r} beyond floating-point range")
+        if 2.0 ** -_WEIGHT_EXP <= f <= 2.0 ** _WEIGHT_EXP:
+            weight = {"A": 1.0, "B": 1.0, "C": f, "D": 1.0 / f}
+            kinds = self.kinds
+            rows = np.vstack([_merged(r, self.grid, weight[k])
+                              for r, k in zip(self.rows, kinds)])
+            growth = np.array([max(weight[k], 1.0) for k in kinds])
+            err = self.error * growth * (1.0 + 4 * _U)
+            if "D" in kinds:
+                # D's odd entries times 1/f may underflow (at most 2^-1075 each): charged
+                # only where an entry is small enough for it, so other rows keep their bits
+                i = kinds.index("D")
+                r = self.rows[i]
+                if np.any((r > 0.0) & (r < _SMALLEST_NORMAL * f)):
+                    err = err.copy()
+                    err[i] += 5e-324 * (1.0 + 1e-9) * rows.shape[1]
+            return self._with(self.grid.squared(), rows, err,
+                              relative=_rounded_relative(self.relative))
+        return self._squared_scaled()
+
+    def _squared_scaled(self) -> "GroupedBuckets":
+        """``squared`` at a factor beyond 2^+-_WEIGHT_EXP.  The merged C row (weight
+        W = f on odd groups; D: W = 1/f) is stored times 2^-M, M the binary exponent of
+        its largest entry, and M log 2 is added to its log-scale: even 2^-M +
+        (odd w) 2^(e - M) with W = w 2^e, w in [0.5, 1) (``ldexp``: exact but for
+        underflow, at most 2^-1074 an entry in all, charged as absolute error).  The
+        product odd * w is the one rounding of ``_merged``'s odd * W."""
+        f = self.grid.factor
+        weights = {"C": math.frexp(f), "D": math.frexp(1.0 / f)}
+        even_start, odd_start, _, new = _parity_slices(self.grid)
+        rows = np.empty((len(self.rows), new.size))
+        err = self.error.copy()
+        log_scale = self.log_scale.copy()
+        rel = _rounded_relative(self.relative)
+        for i, (r, k) in enumerate(zip(self.rows, self.kinds)):
+            if k not in weights:
+                rows[i] = _merged(r, self.grid, 1.0)
+                err[i] = self.error[i] * (1.0 + 4 * _U)
+                continue
+            w, e = weights[k]
+            even, odd = r[even_start::2], r[odd_start::2]
+            top_even = math.frexp(float(even.max(initial=0.0)))[1]
+            top_odd = math.frexp(float(odd.max(initial=0.0)))[1] + e
+            live = [t for t, x in ((top_even, even), (top_odd, odd)) if x.max(initial=0.0) > 0]
+            m = max(live) if live else 0
+            # scaling down after the product, up before it: either way an underflow
+            # costs at most 2^-1075 in the new stored units
+            odd_part = np.ldexp(odd * w, e - m) if e <= m else np.ldexp(odd, e - m) * w
+            rows[i] = _merged_parts(np.ldexp(even, -m), odd_part, self.grid)
+            # true error <= max(W, 1) times the old one; in the new stored units times 2^-m
+            grown = math.ldexp(self.error[i] * w, e - m) if e > 0 \
+                else math.ldexp(self.error[i], -m)
+            err[i] = grown * (1.0 + 4 * _U) + 5e-324 * (1.0 + 1e-9) * 2 * new.size
+            if not math.isfinite(err[i]):
+                raise OverflowError(f"grouped {k} row's error bound beyond floating-point "
+                                    f"range after squaring at factor {f!r}")
+            if m:
+                old = log_scale[i]
+                log_scale[i] = old + m * math.log(2.0)
+                rel[i] = rel[i] * (1.0 + 4 * _U) + float(_scale_rounding(
+                    np.array([log_scale[i]]), np.array([old]),
+                    np.array([m * math.log(2.0)]))[0])
+        return self._with(new, rows, err, relative=rel, log_scale=log_scale)
 
 
 #: the label caps tried: the largest gap among groups whose labels carry at most this
@@ -921,6 +1006,12 @@ def _scale_rounding(total: np.ndarray, *parts: np.ndarray) -> np.ndarray:
     return np.where(size > 0, 4.0 * _U * size, 0.0) * (1.0 + 1e-9)
 
 
+#: ``GroupedBuckets.squared`` moves C's and D's weights f^+-1 into the log-scales once
+#: f leaves [2^-_WEIGHT_EXP, 2^_WEIGHT_EXP] (rows at most 2^_NORMAL_EXP times 2^64 keep
+#: their convolutions' scales 2^(ex + ey) in range)
+_WEIGHT_EXP = 64
+_SMALLEST_NORMAL = 2.2250738585072014e-308
+
 #: stored rows are rescaled by a power of two once their largest entry leaves
 #: [2^-_NORMAL_EXP, 2^_NORMAL_EXP] (keeps the convolution's scale factors finite)
 _NORMAL_EXP = 256
@@ -932,8 +1023,9 @@ def _normalised(rows, err, log_scale, rel):
     scale (its rounding is relative)."""
     peak = rows.max(axis=1) if rows.shape[1] else np.zeros(len(rows))
     copied = False
+    check_finite("a grouped product's rows", peak)
     for i, top in enumerate(peak):
-        if not (top > 0 and math.isfinite(top)):
+        if not top > 0:
             continue
         m = math.frexp(top)[1]
         if abs(m) <= _NORMAL_EXP:

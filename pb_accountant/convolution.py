@@ -171,6 +171,9 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     rows, m = x.shape
     n_fft = fft_length(m)
     same = y is None
+    check_finite("convolve_rows' first operand", x)
+    if not same:
+        check_finite("convolve_rows' second operand", y)
     both = x if same else np.concatenate((x, y))
     bs, eb, live_b = _scaled(both)
     if same:
@@ -201,6 +204,11 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     pb_rxhy = _pair_bound(n_fft, n_rx, n_hy)
     pb_rr = _pair_bound(n_fft, n_rx, n_ry)
     two_way = (pb_hxry + pb_rxhy + pb_rr) * 1.5 * math.sqrt(n_fft)
+    if (ex + ey).max(initial=0) > 1023:
+        # the product's scale 2^(ex + ey) itself is beyond range (it would turn the
+        # product's zeros into NaN)
+        raise OverflowError("convolve_rows' product beyond floating-point range "
+                            f"(scale 2^{int((ex + ey).max())})")
     scale = np.ldexp(1.0, (ex + ey).astype(int))
     three_way = bool((two_way * scale > tolerance).any())
     if three_way:
@@ -276,8 +284,23 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     z *= scale[:, None]
     if not live.all():
         z[~live] = 0.0
-    errors = np.where(live, l1_err * scale, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        errors = np.where(live, l1_err * scale, 0.0)
+    check_finite("convolve_rows' product", z)
+    if np.isnan(errors).any():
+        raise RuntimeError("internal error: convolve_rows produced a NaN error bound")
     return z, errors
+
+
+def check_finite(what: str, a) -> None:
+    """Raise unless every entry of ``a`` is finite: NaN is an internal error (no valid
+    input produces it), inf an engine limit (``OverflowError``, a number beyond
+    floating-point range, answered by the accountant with a valid looser bound)."""
+    a = np.asarray(a, dtype=float)
+    if a.size and not np.isfinite(a).all():
+        if np.isnan(a).any():
+            raise RuntimeError(f"internal error: NaN in {what}")
+        raise OverflowError(f"{what} beyond floating-point range")
 
 
 def _level_products(spectra, k: int, same: bool):

@@ -65,6 +65,12 @@ class ThresholdSum:
         p = np.asarray(p, dtype=float)
         r = np.asarray(r, dtype=float)
         u = np.asarray(u, dtype=float)
+        if (np.isnan(p).any() or np.isnan(r[p > 0]).any() or np.isnan(u[p > 0]).any()
+                or math.isnan(const) or math.isnan(relative)
+                or (upper and np.isnan(theta[p > 0]).any())):
+            # NaN compares False: it would silently drop a term or a constant
+            raise RuntimeError("internal error: NaN in a ThresholdSum's masses, weights or "
+                               "constant")
         keep = (p > 0) & (theta > -np.inf)
         theta, p, r, u = theta[keep], p[keep], r[keep], u[keep]
         if not upper:
