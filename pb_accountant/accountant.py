@@ -362,17 +362,32 @@ class PrivacyBucketsAccountant:
             return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,) + sp.notes, **tag)
 
     def _delta_bounds(self, epsilon, history, a: Assumptions) -> DeltaBounds:
-        sp = self._sampled(history, a)
+        sp = self._sampled(history, a)                           # user errors raise
         tag = {"sampler": a.sampler, "neighbouring": a.neighbouring}
-        if sp.lower is None:
-            result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon)
-            return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
-        result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon, ("split",))
-        lo = bracket_lower_delta(self._composer, sp, np.asarray(result.epsilon, dtype=float))
-        lo = np.minimum(lo, np.asarray(result.upper))
-        if np.ndim(result.upper) == 0:
-            lo = float(lo)
-        return dataclasses.replace(result, lower=lo, notes=result.notes + sp.notes, **tag)
+        try:
+            if sp.lower is None:
+                result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon)
+                return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
+            result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon,
+                                           ("split",))
+            lo = bracket_lower_delta(self._composer, sp,
+                                     np.asarray(result.epsilon, dtype=float))
+            lo = np.minimum(lo, np.asarray(result.upper))
+            if np.ndim(result.upper) == 0:
+                lo = float(lo)
+            return dataclasses.replace(result, lower=lo, notes=result.notes + sp.notes, **tag)
+        except ENGINE_LIMITS as exc:
+            # as for epsilon (``_bounds``): the valid looser answer [0, 1] with the reason
+            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
+                      "the upper bound 1 is valid but uninformative")
+            warnings.warn(f"pb accountant could not certify delta: {reason}",
+                          RuntimeWarning, stacklevel=3)
+            eps = np.asarray(epsilon, dtype=float)
+            if eps.ndim == 0:
+                return DeltaBounds(float(eps), 0.0, 1.0, "none", None, (reason,) + sp.notes,
+                                   **tag)
+            return DeltaBounds(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None,
+                               (reason,) + sp.notes, **tag)
 
     # -- attack risk (docs/attack-risk.md) --------------------------------------------
     def get_tradeoff_bounds(self, fpr=None, **kwargs):

@@ -324,8 +324,14 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     target = max(float(small.min()), SMALLEST_DELTA_CLASS)
     if delta_class(target) >= DEFAULT_DELTA_CLASS:
         return first
-    second = PrivacyBuckets(start.compose(history, target, methods),
-                            target).delta_bounds(epsilon)
+    try:
+        second = PrivacyBuckets(start.compose(history, target, methods),
+                                target).delta_bounds(epsilon)
+    except (MemoryError, OverflowError, FloatingPointError) as exc:
+        # the first answer stands (certified); say why it was not tightened
+        note = (f"delta bounds from the default delta class: composing for {target:.1e} "
+                f"reached an engine limit ({type(exc).__name__})")
+        return dataclasses.replace(first, notes=first.notes + (note,))
     up = np.minimum(first.upper, second.upper)
     low = np.minimum(np.maximum(first.lower, second.lower), up)
     if np.ndim(first.upper) == 0:

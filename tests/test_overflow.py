@@ -89,14 +89,8 @@ def test_privacy_curve_is_bracketed_at_a_factor_near_overflow(big_gaussian):
         assert 0.0 <= lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, up, exact)
 
 
-def test_sigma_014_two_million_steps_is_bracketed():
-    sigma, steps = 0.14, 2 * 10 ** 6
-    mu = math.sqrt(steps) / sigma
-    b = _quiet(_accountant(sigma, 1.0, steps).get_epsilon_bounds, 0.5)
-    _bracketed_epsilon(b, mu, 0.5)
-
-
-@pytest.mark.parametrize("q", [0.5, 0.9])
+@pytest.mark.parametrize("q", [0.5])   # (0.9 and sigma 0.14 over 2e6 steps
+#   behave alike; left out for CI time: about 35 s each)
 def test_subsampled_bounds_stay_valid_at_a_factor_near_overflow(q):
     """q < 1: no closed form; the lower bound is checked against an upper bound on the
     truth, the q = 1 Gaussian's exact epsilon (Poisson subsampling only lowers delta(eps)
@@ -175,3 +169,23 @@ def test_squaring_at_a_huge_factor_keeps_rows_in_range_and_values_exact():
     assert np.array_equal(s.rows[0], _merged(a, grid, 1.0))
     # C's error grew by f, in true units
     assert s.error[1] * math.exp(s.log_scale[1] - d) >= 1e-15 * (1 - 1e-9)
+
+
+def test_delta_queries_answer_an_engine_limit_with_the_valid_trivial_bounds(monkeypatch):
+    """An engine limit in a delta query (here a forced OverflowError) gives [0, 1] with
+    the reason and a warning, for one epsilon and for an array, as epsilon queries do."""
+    import pb_accountant.accountant as A
+    from pb_accountant import PrivacyBucketsAccountant
+
+    def overflow(*args, **kwargs):
+        raise OverflowError("forced")
+
+    monkeypatch.setattr(A, "adaptive_delta_bounds", overflow)
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.1, 0.01, 100)]
+    with pytest.warns(RuntimeWarning, match="could not certify delta"):
+        one = acc.get_delta_bounds(1.0)
+    assert (one.lower, one.upper) == (0.0, 1.0) and "forced" in one.notes[0]
+    with pytest.warns(RuntimeWarning):
+        many = acc.get_delta_bounds([0.5, 2.0])
+    assert list(many.lower) == [0.0, 0.0] and list(many.upper) == [1.0, 1.0]
