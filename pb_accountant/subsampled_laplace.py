@@ -127,6 +127,28 @@ class SubsampledLaplace(MechanismPair):
         return (np.array([self.loss_low, self.loss_high]), np.array([a_left, a_right]),
                 np.array([b_left, b_right]))
 
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """Bounds on |L_-| and |L_+| computed minus exact (``_mixed_loss``), with
+        log/log1p/exp good to one ulp (2u relative):
+        ell = +-1/b is one division (u |ell|); y = log q + ell carries 2u |log q|, u |ell|
+        and its sum's u |y|; x = log1p(-q) carries 2u |x|.  logaddexp(x, y) has partial
+        derivatives in [0, 1] summing to 1, so it passes on at most the larger input
+        error, and adds its own: x - y rounded (u |x - y|, which exp(-|x - y|) turns into
+        at most u |x - y| e^{-|x - y|} <= 0.37u), exp's 2u of a term <= 1, log1p's 2u
+        log 2, and the final sum's u |L|: below 4u + u |L|.  q = 1: L = ell, u |ell|."""
+        b, q = self.noise_multiplier, self.sample_rate
+        u = _U
+        out = []
+        for ell in (-1.0 / b, 1.0 / b):
+            if q == 1.0:
+                out.append(u * abs(ell) * 1.01)
+                continue
+            x, lq = math.log1p(-q), math.log(q)
+            L = self._mixed_loss(ell)
+            out.append(u * (2.0 * abs(x) + 2.0 * abs(ell) + 3.0 * abs(lq) + abs(lq + ell)
+                            + 4.0 + abs(L)) * 1.01)
+        return np.array(out)
+
     def _continuous(self, t):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
