@@ -129,13 +129,14 @@ class SubsampledLaplace(MechanismPair):
 
     def _atom_loss_error(self, losses) -> np.ndarray:
         """Bounds on |L_-| and |L_+| computed minus exact (``_mixed_loss``), with
-        log/log1p/exp good to one ulp (2u relative):
-        ell = +-1/b is one division (u |ell|); y = log q + ell carries 2u |log q|, u |ell|
-        and its sum's u |y|; x = log1p(-q) carries 2u |x|.  logaddexp(x, y) has partial
-        derivatives in [0, 1] summing to 1, so it passes on at most the larger input
-        error, and adds its own: x - y rounded (u |x - y|, which exp(-|x - y|) turns into
-        at most u |x - y| e^{-|x - y|} <= 0.37u), exp's 2u of a term <= 1, log1p's 2u
-        log 2, and the final sum's u |L|: below 4u + u |L|.  q = 1: L = ell, u |ell|."""
+        log/log1p/exp good to one ulp (2u relative), first order (the inputs' errors are
+        below 1e-11, which the 1% of room covers).  The inputs: x = log1p(-q) carries
+        2u |x|; y = log q + ell (ell = +-1/b, one division: u |ell|) carries 2u |log q|,
+        u |ell| and its sum's u |y|.  logaddexp(x, y) has partial derivatives
+        w_x = 1 / (1 + e^{y - x}) and w_y = 1 - w_x, so it passes on w_x dx + w_y dy.  Its
+        own: with d = |x - y| and E = e^{-d}, max(x, y) + log1p(E): d rounded (u d),
+        which E turns into u d E; exp's 2u E; log1p's 2u log1p(E) <= 2u E; the final
+        sum's u |L|.  q = 1: L = ell, u |ell|."""
         b, q = self.noise_multiplier, self.sample_rate
         u = _U
         out = []
@@ -143,10 +144,16 @@ class SubsampledLaplace(MechanismPair):
             if q == 1.0:
                 out.append(u * abs(ell) * 1.01)
                 continue
-            x, lq = math.log1p(-q), math.log(q)
+            x = math.log1p(-q)
+            y = math.log(q) + ell
             L = self._mixed_loss(ell)
-            out.append(u * (2.0 * abs(x) + 2.0 * abs(ell) + 3.0 * abs(lq) + abs(lq + ell)
-                            + 4.0 + abs(L)) * 1.01)
+            d = abs(x - y)
+            wy = 1.0 / (1.0 + math.exp(min(x - y, 700.0)))
+            wx = 1.0 / (1.0 + math.exp(min(y - x, 700.0)))
+            passed = wx * 2.0 * u * abs(x) + wy * u * (2.0 * abs(math.log(q)) + abs(ell)
+                                                       + abs(y))
+            own = u * (math.exp(-d) * (d + 4.0) + abs(L))
+            out.append((passed + own) * 1.01)
         return np.array(out)
 
     def _continuous(self, t):
