@@ -112,8 +112,31 @@ class SubsampledLaplace(MechanismPair):
                 d_big = 4.0 * u * (np.abs(t) + abs(math.log(q)) + 1.0)
                 dinner = np.where(big, d_big, d_small)
             dx = (b * (dinner + 2.0 * u * ainner) + 2.0 * u * (b * ainner + 1.0)) / 2.0 * 1.01
-        # an end point whose loss is at or below log(1 - q) is exactly 0 (clipped)
-        return np.where(np.isfinite(inner) & np.isfinite(dx), dx, 0.0)
+        # an end point computed at or below log(1 - q) (inner -inf) is set to 0; its exact
+        # x(t) is at most ``_threshold_reach(t)`` (0 unless t is next to log(1 - q))
+        return np.where(np.isfinite(inner) & np.isfinite(dx), dx, self._threshold_reach(t))
+
+    def _threshold_reach(self, t) -> np.ndarray:
+        """Bound on the exact end point x(t) (before clipping) where the computed inner
+        log is -inf, i.e. on how far the end point set to 0 may be off.
+
+        Either t <= fl(log1p(-q)), which is within 2u |log(1-q)| of log(1-q) (log1p to
+        one ulp), so e^t - (1-q) <= (1-q) expm1(t - fl(log1p(-q)) + 2.03u |log1p(-q)|)
+        (0 further below); or t is above it and fl(fl(expm1(t)) / q) <= -1, so
+        expm1(t) <= -q (1 - 3u) and e^t - (1-q) <= 3.01u q.  With rho the bound on
+        (e^t - (1-q)) / q (1% of room), x(t) <= (b log(rho) + 1) / 2; at or below 0 the
+        end point 0 is exact, above it the stretch (0, x(t)) may belong to the bucket
+        below (the loss is flat there: b < 1 / |log rho|, about 1/36)."""
+        b, q = self.noise_multiplier, self.sample_rate
+        t = np.asarray(t, dtype=float)
+        if q == 1.0:
+            return np.zeros(t.shape)
+        thr = math.log1p(-q)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            excess = np.maximum((t - thr) + 2.03 * _U * abs(thr), 0.0)
+            rho = np.where(t <= thr, (1.0 - q) * np.expm1(excess) / q, 3.01 * _U) * 1.01
+            reach = (b * np.log(rho) + 1.0) / 2.0
+            return np.where(reach > -4.0 * _U, np.minimum(reach * 1.01 + 4.0 * _U, 1.0), 0.0)
 
     # -- the MechanismPair interface --------------------------------------------------
     def _atoms(self):
@@ -173,7 +196,8 @@ class SubsampledLaplace(MechanismPair):
         rel = self.mass_relative_error
         # events within an end point's error may belong to the neighbouring bucket: their
         # mass (both densities are at most 1 / (2 scale)) joins each bucket's error
-        m = 2.0 * dx / (2.0 * scale) * 1.001 + UNDERFLOW_FLOOR
+        # (at most 1: the masses are probabilities)
+        m = np.minimum(2.0 * dx / (2.0 * scale) * 1.001, 1.0) + UNDERFLOW_FLOOR
         edge = m[:-1] + m[1:]
         return a, bm, rel * a + 4 * _U * a + edge, rel * bm + edge
 

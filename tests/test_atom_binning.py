@@ -252,3 +252,59 @@ def test_a_pair_with_finite_atoms_and_no_loss_error_bound_is_an_internal_error()
 
     with pytest.raises(NotImplementedError, match="internal error"):
         Forgetful().bucket_masses_with_error(np.array([0.0, 1.0]))
+
+
+# -- the Poisson-sampled Laplace pair next to its flat ends ----------------------------
+def _subsampled_laplace_exact_buckets(b: float, q: float, t):
+    """Exact A- and B-masses of the intervals of ``t`` (60 digits): cumulative masses
+    P(L <= t) from the exact end point x(t) (0 below L_-, 1 from L_+ on)."""
+    with mp.workdps(DPS):
+        B, Q = mp.mpf(b), mp.mpf(q)
+        low = mp.log(1 - Q + Q * mp.exp(-1 / B))
+        high = mp.log(1 - Q + Q * mp.exp(1 / B))
+
+        def cdf(x, mean):
+            z = (x - mean) / B
+            return 1 - mp.exp(-z) / 2 if z >= 0 else mp.exp(z) / 2
+
+        fa, fb = [mp.mpf(0)], [mp.mpf(0)]
+        for v in t:
+            T = mp.mpf(float(v))
+            if T < low:
+                fa.append(mp.mpf(0))
+                fb.append(mp.mpf(0))
+            elif T >= high:
+                fa.append(mp.mpf(1))
+                fb.append(mp.mpf(1))
+            else:
+                x = (B * mp.log((mp.exp(T) - (1 - Q)) / Q) + 1) / 2
+                fb.append(cdf(x, 0))
+                fa.append((1 - Q) * cdf(x, 0) + Q * cdf(x, 1))
+        fa.append(mp.mpf(1))
+        fb.append(mp.mpf(1))
+        return ([fa[k + 1] - fa[k] for k in range(len(t) + 1)],
+                [fb[k + 1] - fb[k] for k in range(len(t) + 1)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(b=st.sampled_from([0.005, 0.01, 0.02, 0.05, 0.5, 2.0]),
+       q=st.one_of(st.sampled_from([0.5, 0.25, 0.9]), st.floats(1e-4, 0.999)),
+       anchor=st.sampled_from(["threshold", "low", "high"]),
+       offset=st.integers(-3, 3))
+def test_subsampled_laplace_buckets_next_to_the_flat_ends_cover_the_exact_ones(
+        b, q, anchor, offset):
+    """Grid points on (and a few ulp from) log(1 - q), L_- and L_+: there the loss is
+    flat to 1e-17 over stretches of x as wide as 0.3, so an end point set to 0 or an
+    atom binned by its computed loss may hold the wrong side's mass."""
+    pair = SubsampledLaplace(b, q)
+    v = {"threshold": math.log1p(-q), "low": pair.loss_low, "high": pair.loss_high}[anchor]
+    for _ in range(abs(offset)):
+        v = float(np.nextafter(v, math.copysign(math.inf, offset)))
+    t = np.unique(np.array([pair.loss_low - 1.0, v, 0.5 * (v + pair.loss_high),
+                            pair.loss_high + 1.0]))
+    a, bm, ea, eb = pair.bucket_masses_with_error(t)
+    A, B = _subsampled_laplace_exact_buckets(b, q, t)
+    with mp.workdps(DPS):
+        for k in range(len(t) + 1):
+            assert abs(mp.mpf(float(a[k])) - A[k]) <= mp.mpf(float(ea[k])), ("A", k, a, ea)
+            assert abs(mp.mpf(float(bm[k])) - B[k]) <= mp.mpf(float(eb[k])), ("B", k, bm, eb)
