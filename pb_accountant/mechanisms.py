@@ -959,14 +959,15 @@ class Laplace(MechanismPair):
         _, _, Z = self._bounds()
         t = np.asarray(t, dtype=float)
         raw = (b * t + s) / 2.0
-        inside = (raw > 0.0) & (raw < s)                 # clipped end points are exact
+        d = 3.0 * _U * (b * np.abs(t) + s) / 2.0 * 1.01
+        # end points clipped by more than their round-off d are exact
+        inside = (raw > -d) & (raw < s + d)
         x = np.concatenate(([0.0], np.clip(raw, 0.0, s), [s]))
         # open interval (0, s): the end atoms are counted in _atoms
         ma, mb = self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
         # events within an end point's round-off (three roundings of (b t + s) / 2) may
         # belong to the neighbouring bucket: both densities are at most 1 / (2 b Z)
-        dx = np.concatenate(([0.0], np.where(inside, 3.0 * _U * (b * np.abs(t) + s) / 2.0
-                                             * 1.01, 0.0), [0.0]))
+        dx = np.concatenate(([0.0], np.where(inside, d, 0.0), [0.0]))
         edge = 2.0 * dx / (2.0 * b * Z) * 1.001 + UNDERFLOW_FLOOR
         rel = self.mass_relative_error
         return ma, mb, rel * ma + edge[:-1] + edge[1:], rel * mb + edge[:-1] + edge[1:]

@@ -308,3 +308,30 @@ def test_subsampled_laplace_buckets_next_to_the_flat_ends_cover_the_exact_ones(
         for k in range(len(t) + 1):
             assert abs(mp.mpf(float(a[k])) - A[k]) <= mp.mpf(float(ea[k])), ("A", k, a, ea)
             assert abs(mp.mpf(float(bm[k])) - B[k]) <= mp.mpf(float(eb[k])), ("B", k, bm, eb)
+
+
+# -- the Laplace pair's end points clipped by their own rounding ------------------------
+@pytest.mark.parametrize("scale,sensitivity,ulps", [
+    (0.1, 1.0, 1), (1 / 3, 3.2836264481371886, 1), (0.1, 4.153640749693736, 2)])
+def test_laplace_end_point_rounded_onto_the_sensitivity_carries_its_round_off(
+        scale, sensitivity, ulps):
+    """t a few ulp below eps0 (farther than the atom's loss error): (b t + s) / 2 rounds
+    to s although x(t) < s exactly, so the stretch (x(t), s), whose loss exceeds t, is
+    counted below t; the bucket above t, empty in the continuous part, carries its mass
+    as error (it used to be treated as an exact clip)."""
+    pair = Laplace(scale, sensitivity)
+    t = pair.epsilon0
+    for _ in range(ulps):
+        t = float(np.nextafter(t, 0.0))
+    assert abs(t - pair.epsilon0) > pair._atom_loss_error(np.array([pair.epsilon0]))[0]
+    assert (scale * t + sensitivity) / 2.0 >= sensitivity
+    ca, cb, eca, ecb = pair._continuous_with_error(np.array([t]))
+    assert ca[1] == cb[1] == 0.0
+    with mp.workdps(DPS):
+        B, S = mp.mpf(scale), mp.mpf(sensitivity)
+        x = (B * mp.mpf(t) + S) / 2
+        assert x < S
+        a_sliver = (1 - mp.exp(-(S - x) / B)) / 2               # Lap(s, b) on (x, s)
+        b_sliver = mp.exp(-x / B) * (1 - mp.exp(-(S - x) / B)) / 2
+        assert mp.mpf(float(eca[1])) >= a_sliver and mp.mpf(float(eca[0])) >= a_sliver
+        assert mp.mpf(float(ecb[1])) >= b_sliver and mp.mpf(float(ecb[0])) >= b_sliver
