@@ -368,15 +368,19 @@ def laplace_relative_error(z) -> np.ndarray:
     return _U * (2.02 * np.asarray(z, dtype=float) + 12.0)
 
 
-def _atoms_to_buckets(t, losses, a, b, *, swapped: bool) -> Tuple[np.ndarray, np.ndarray]:
+def _atoms_to_buckets(t, losses, a, b, *, swapped: bool,
+                      exact=None) -> Tuple[np.ndarray, np.ndarray]:
     """Sum atoms into the K+1 right-closed loss intervals of grid ``t`` by their computed
-    loss (``_straddling_atoms`` finds those whose exact loss may lie in another one)."""
+    loss (``_straddling_atoms`` finds those whose exact loss may lie in another one), or
+    by ``exact`` ({atom index: interval}) where their exact loss was placed."""
     losses = np.asarray(losses, dtype=float)
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if swapped:
         losses, a, b = -losses, b, a
     idx = np.searchsorted(t, losses, side="left")  # L <= t_k  -> interval k
+    if exact:
+        idx[list(exact)] = list(exact.values())
     out_a = np.bincount(idx, weights=a, minlength=len(t) + 1).astype(float)
     out_b = np.bincount(idx, weights=b, minlength=len(t) + 1).astype(float)
     return out_a, out_b
@@ -434,6 +438,12 @@ class MechanismPair:
                 f"internal error: {type(self).__name__} has finite atoms but no bound on "
                 "their losses' round-off (_atom_loss_error)")
         return np.zeros(losses.shape)
+
+    def _atom_loss_side(self, i: int, v: float):
+        """Sign (+1 or -1) of atom i's exact loss minus the grid point ``v`` where it can
+        be decided exactly or in 60-digit arithmetic with a proven margin, else None
+        (the atom then keeps its computed loss and the allowance for its error)."""
+        return None
 
     def _continuous(self, t) -> Tuple[np.ndarray, np.ndarray]:
         """Masses of the atom-free part on the K+1 intervals of ``t``."""
@@ -505,7 +515,12 @@ class MechanismPair:
         with ``endpoint_mass`` (docs/floating-point.md, "Atoms")."""
         t = np.asarray(t, dtype=float)
         losses, a_at, b_at = self._atoms()
-        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        straddle = _straddling_atoms(t, losses, self._atom_loss_error(losses),
+                                     swapped=self.swapped)
+        exact = {}
+        if straddle is not None:
+            straddle, exact = self._place_straddling_atoms(t, straddle)
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped, exact=exact)
         ea = self.mass_relative_error * a + self.mass_absolute_error
         eb = self.mass_relative_error * b + self.mass_absolute_error
         if self.swapped:
@@ -516,11 +531,29 @@ class MechanismPair:
             ca, cb, eca, ecb, *extra = continuous(t)
         out = [a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb),
                *extra]
-        straddle = _straddling_atoms(t, losses, self._atom_loss_error(losses),
-                                     swapped=self.swapped)
         if straddle is not None:
             self._cover_straddling_atoms(out, straddle, a_at, b_at, displaced)
         return tuple(out)
+
+    def _place_straddling_atoms(self, t, straddle):
+        """Atoms of ``straddle`` whose side of every grid point their loss error reaches
+        ``_atom_loss_side`` decides go to their exact interval ({atom: interval}); the
+        others are returned (as ``straddle``, None if none) for the allowance."""
+        idx, at, lo, hi, err = straddle
+        exact, rest = {}, []
+        for n, (i, l, h) in enumerate(zip(idx.tolist(), lo.tolist(), hi.tolist())):
+            # mirrored: the oriented loss -L exceeds t_c where L < -t_c
+            sides = [(-1 if self.swapped else 1)
+                     * (self._atom_loss_side(i, -float(t[c]) if self.swapped else float(t[c]))
+                        or 0) for c in range(l, h)]
+            if all(sides):
+                exact[i] = l + sum(1 for v in sides if v > 0)
+            else:
+                rest.append(n)
+        if not rest:
+            return None, exact
+        keep = np.array(rest)
+        return (idx[keep], at[keep], lo[keep], hi[keep], err[keep]), exact
 
     def _cover_straddling_atoms(self, out, straddle, a_at, b_at, displaced):
         """``_with_atoms``'s allowance for atoms whose exact loss may lie in another
@@ -941,6 +974,15 @@ class Laplace(MechanismPair):
             b += [float(self._cdf_mass(-T, s - T, 0.0)) / Z, 0.0]
         return np.array(losses), np.array(a), np.array(b)
 
+    def _atom_loss_side(self, i: int, v: float):
+        """Exact: the atoms' losses +-sensitivity / scale are rational (``fractions``)."""
+        from fractions import Fraction
+        if i > 1:
+            return None                                  # the +-inf atoms never straddle
+        e0 = Fraction(self.sensitivity) / Fraction(self.scale)
+        d = (e0 if i == 1 else -e0) - Fraction(v)
+        return 1 if d > 0 else (-1 if d < 0 else None)
+
     def _atom_loss_error(self, losses) -> np.ndarray:
         """The atoms at +-eps0: eps0 = sensitivity / scale is one correctly rounded
         division, within u eps0 of the exact loss (the densities' ratio beyond the
@@ -1012,6 +1054,24 @@ class DiscretePair(MechanismPair):
         with np.errstate(divide="ignore"):
             losses = np.log(a) - np.log(b)
         return losses, a, b
+
+    def _atom_loss_side(self, i: int, v: float):
+        """ln(a) - ln(b) - v in 60-digit ``decimal`` arithmetic (ln correctly rounded, the
+        doubles converted exactly): each of the three terms and two differences is off by
+        at most 1e-59 of the magnitudes, so a difference beyond 1e-50 of them is decided
+        (log(a / b) = v exactly only for a = b, v = 0: a rational e^v needs v = 0)."""
+        from decimal import Context, Decimal
+        a = np.asarray(self.probabilities_a)
+        b = np.asarray(self.probabilities_b)
+        keep = (a > 0) | (b > 0)
+        ai, bi = float(a[keep][i]), float(b[keep][i])
+        if ai == 0.0 or bi == 0.0:
+            return None
+        ctx = Context(prec=60)
+        la, lb, dv = ctx.ln(Decimal(ai)), ctx.ln(Decimal(bi)), Decimal(v)
+        d = ctx.subtract(ctx.subtract(la, lb), dv)
+        margin = ctx.multiply(Decimal("1e-50"), abs(la) + abs(lb) + abs(dv) + 1)
+        return 1 if d > margin else (-1 if d < -margin else None)
 
     def _atom_loss_error(self, losses) -> np.ndarray:
         """log(a) - log(b) of the (exact, double) probabilities: each log within one ulp,

@@ -150,6 +150,27 @@ class SubsampledLaplace(MechanismPair):
         return (np.array([self.loss_low, self.loss_high]), np.array([a_left, a_right]),
                 np.array([b_left, b_right]))
 
+    def _atom_loss_side(self, i: int, v: float):
+        """L_-, L_+ = ln(1 - q + q e^{-+1/b}) minus v in 60-digit ``decimal`` arithmetic
+        (exp, ln correctly rounded, the doubles converted exactly, |1/b| <= 1000): the
+        computed difference is within 1e-55 of (1 + |L| + |v|) of the exact one, so one
+        beyond 1e-50 of that is decided; q = 1: exact (``fractions``)."""
+        from decimal import Context, Decimal
+        from fractions import Fraction
+        b, q = self.noise_multiplier, self.sample_rate
+        if q == 1.0:
+            ell = Fraction(1) / Fraction(b) * (1 if i == 1 else -1)
+            d = ell - Fraction(v)
+            return 1 if d > 0 else (-1 if d < 0 else None)
+        ctx = Context(prec=60)
+        ell = ctx.divide(Decimal(1 if i == 1 else -1), Decimal(b))
+        Q = Decimal(q)
+        L = ctx.ln(ctx.add(ctx.subtract(Decimal(1), Q), ctx.multiply(Q, ctx.exp(ell))))
+        dv = Decimal(v)
+        d = ctx.subtract(L, dv)
+        margin = ctx.multiply(Decimal("1e-50"), abs(L) + abs(dv) + 1)
+        return 1 if d > margin else (-1 if d < -margin else None)
+
     def _atom_loss_error(self, losses) -> np.ndarray:
         """Bounds on |L_-| and |L_+| computed minus exact (``_mixed_loss``), with
         log/log1p/exp good to one ulp (2u relative), first order (the inputs' errors are

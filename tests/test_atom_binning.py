@@ -15,6 +15,7 @@ import pytest
 
 from pb_accountant.mechanisms import (DiscretePair, Gaussian, Laplace, MechanismPair,
                                       RandomizedResponse)
+from pb_accountant.mechanisms import _straddling_atoms
 from pb_accountant.subsampled_laplace import SubsampledLaplace
 
 mp = pytest.importorskip("mpmath").mp
@@ -83,7 +84,11 @@ def _check_error_path(pair: DiscretePair, t):
             assert abs(mp.mpf(float(b[k])) - B[k]) <= mp.mpf(float(eb[k])), ("B", k, b, B, eb)
 
 
-def _check_displacement_path(pair: DiscretePair, t):
+def _check_displacement_path_undecided(pair: DiscretePair, t):
+    _check_displacement_path(pair, t, resolved=False)
+
+
+def _check_displacement_path(pair: DiscretePair, t, resolved=True):
     """Every atom lies, by its exact loss, in the displaced borders of the bucket it is
     counted in (its computed loss's), and the masses are those of these event sets."""
     a, b, ea, eb, shift = pair.bucket_masses_with_displacement(t)
@@ -92,6 +97,14 @@ def _check_displacement_path(pair: DiscretePair, t):
     if pair.swapped:
         losses = -losses
     counted = np.searchsorted(t, losses, side="left")
+    # atoms whose side of the grid points was decided went to their exact bucket
+    straddle = _straddling_atoms(t, pair._atoms()[0],
+                                 pair._atom_loss_error(pair._atoms()[0]),
+                                 swapped=pair.swapped)
+    if straddle is not None and resolved:
+        _, exact = pair._place_straddling_atoms(t, straddle)
+        for i, k in exact.items():
+            counted[i] = k
     with mp.workdps(DPS):
         ts = [mp.mpf(float(v)) for v in t]
         sh = [mp.mpf(float(v)) for v in shift]
@@ -153,14 +166,29 @@ def test_randomized_response_on_its_own_losses(p, mirrored):
     _check_displacement_path(pair, t)
 
 
-def test_the_reviewed_atom_is_counted_as_error_in_both_buckets_and_widens_the_shift():
-    """log(a) - log(b) = 1.0 computed, 1 + 8.5e-17 exactly: both (0, 1] and (1, 2] carry
-    the atom's mass as error; the displaced border t = 1 moves by at least its loss
-    error (a few 1e-16) and no more than 1e-15."""
+def test_the_reviewed_atom_goes_to_its_exact_bucket():
+    """log(a) - log(b) = 1.0 computed, 1 + 8.5e-17 exactly: the 60-digit side decides
+    (1, 2], with no error and no shift."""
     a0, b0 = 0.7310585786300049, 0.2689414213699951
     pair = DiscretePair((a0, b0), (b0, a0))
     t = np.array([-1.0, 0.0, 1.0, 2.0])
     assert float(pair._atoms()[0][0]) == 1.0
+    a, _, ea, _ = pair.bucket_masses_with_error(t)
+    assert a[3] == a0 and a[2] == 0.0 and a[0] == b0      # -1 - 8.5e-17: below -1
+    assert np.all(ea < 1e-15)
+    *_, shift = pair.bucket_masses_with_displacement(t)
+    assert np.all(shift == 0.0)
+
+
+def test_an_undecided_atom_is_counted_as_error_in_both_buckets_and_widens_the_shift(
+        monkeypatch):
+    """Where the side cannot be decided (here: forced), the atom stays at its computed
+    loss; both (0, 1] and (1, 2] carry its mass as error, and the displaced border t = 1
+    moves by at least its loss error (a few 1e-16) and no more than 1e-15."""
+    a0, b0 = 0.7310585786300049, 0.2689414213699951
+    pair = DiscretePair((a0, b0), (b0, a0))
+    monkeypatch.setattr(DiscretePair, "_atom_loss_side", lambda self, i, v: None)
+    t = np.array([-1.0, 0.0, 1.0, 2.0])
     _, _, ea, _ = pair.bucket_masses_with_error(t)
     assert ea[2] >= a0 and ea[3] >= a0
     assert ea[0] >= b0 and ea[1] >= b0      # the mirror atom, computed -1.0, on t = -1
@@ -168,6 +196,8 @@ def test_the_reviewed_atom_is_counted_as_error_in_both_buckets_and_widens_the_sh
     *_, shift = pair.bucket_masses_with_displacement(t)
     assert 8.5e-17 <= shift[2] <= 1e-15 and 8.5e-17 <= shift[0] <= 1e-15
     assert shift[1] == shift[3] == 0.0
+    _check_error_path(pair, t)
+    _check_displacement_path_undecided(pair, t)
 
 
 def test_atoms_away_from_the_grid_points_leave_the_masses_and_errors_alone():
