@@ -369,17 +369,49 @@ def laplace_relative_error(z) -> np.ndarray:
     return _U * (2.02 * np.asarray(z, dtype=float) + 12.0)
 
 
-def _atoms_to_buckets(t, losses, a, b, *, swapped: bool) -> Tuple[np.ndarray, np.ndarray]:
-    """Sum atoms into the K+1 right-closed loss intervals of grid ``t``."""
+def _atoms_to_buckets(t, losses, a, b, *, swapped: bool,
+                      exact=None) -> Tuple[np.ndarray, np.ndarray]:
+    """Sum atoms into the K+1 right-closed loss intervals of grid ``t`` by their computed
+    loss (``_straddling_atoms`` finds those whose exact loss may lie in another one), or
+    by ``exact`` ({atom index: interval}) where their exact loss was placed."""
     losses = np.asarray(losses, dtype=float)
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if swapped:
         losses, a, b = -losses, b, a
     idx = np.searchsorted(t, losses, side="left")  # L <= t_k  -> interval k
+    if exact:
+        idx[list(exact)] = list(exact.values())
     out_a = np.bincount(idx, weights=a, minlength=len(t) + 1).astype(float)
     out_b = np.bincount(idx, weights=b, minlength=len(t) + 1).astype(float)
     return out_a, out_b
+
+
+def _straddling_atoms(t, losses, loss_error, *, swapped: bool):
+    """The atoms whose exact loss may lie in another interval of grid ``t`` than their
+    computed loss: (atom indices, computed interval, lowest and highest interval the
+    exact loss may fall in, loss error), or None when there are none.
+
+    The exact loss lies within ``loss_error`` of the computed one; the ends of that
+    range are rounded outwards (``nextafter``), so the intervals found contain every
+    loss within the error (docs/floating-point.md, "Atoms")."""
+    losses = np.asarray(losses, dtype=float)
+    err = np.asarray(loss_error, dtype=float)
+    if swapped:
+        losses = -losses
+    live = np.isfinite(losses) & (err > 0)       # +-inf losses are exact
+    if not live.any():
+        return None
+    i = np.flatnonzero(live)
+    L, e = losses[i], err[i]
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo = np.searchsorted(t, np.nextafter(L - e, -np.inf), side="left")
+        hi = np.searchsorted(t, np.nextafter(L + e, np.inf), side="left")
+    at = np.searchsorted(t, L, side="left")
+    keep = hi > lo
+    if not keep.any():
+        return None
+    return i[keep], at[keep], lo[keep], hi[keep], e[keep]
 
 
 class MechanismPair:
@@ -396,6 +428,23 @@ class MechanismPair:
     def _atoms(self):
         """Atoms as (losses, A-masses, B-masses); losses may be +-inf."""
         return np.zeros(0), np.zeros(0), np.zeros(0)
+
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """Bound on |computed loss - exact loss| of each atom of ``_atoms`` (``losses``,
+        in that order).  +-inf losses are exact (one side's probability is exactly 0);
+        a pair with finite atoms must derive its own bound."""
+        losses = np.asarray(losses, dtype=float)
+        if np.any(np.isfinite(losses)):
+            raise NotImplementedError(
+                f"internal error: {type(self).__name__} has finite atoms but no bound on "
+                "their losses' round-off (_atom_loss_error)")
+        return np.zeros(losses.shape)
+
+    def _atom_loss_side(self, i: int, v: float):
+        """Sign (+1 or -1) of atom i's exact loss minus the grid point ``v`` where it can
+        be decided exactly or in 60-digit arithmetic with a proven margin, else None
+        (the atom then keeps its computed loss and the allowance for its error)."""
+        return None
 
     def _continuous(self, t) -> Tuple[np.ndarray, np.ndarray]:
         """Masses of the atom-free part on the K+1 intervals of ``t``."""
@@ -450,16 +499,29 @@ class MechanismPair:
         exactly, so an end point's round-off moves a bucket's border by ``shift`` (in
         loss) instead of costing the mass next to it (docs/floating-point.md); the split
         pair and the grouped buckets take it from here."""
-        a, b, ea, eb, sh = self._with_atoms(t, self._continuous_with_displacement)
+        a, b, ea, eb, sh = self._with_atoms(t, self._continuous_with_displacement,
+                                            displaced=True)
         return a, b, ea, eb, np.asarray(sh, dtype=float)
 
-    def _with_atoms(self, t, continuous):
+    def _with_atoms(self, t, continuous, displaced: bool = False):
         """The atoms' masses plus ``continuous(t)`` = (a, b, ea, eb, *per-point extras)
         of the atom-free part, in this orientation (mirrored: on -t reversed, A and B
-        exchanged, extras reversed), with 2u of each sum's rounding."""
+        exchanged, extras reversed), with 2u of each sum's rounding.
+
+        An atom is binned by its computed loss; one whose exact loss may lie across a
+        grid point (``_straddling_atoms``) is covered, with ``displaced`` (the extras are
+        the per-point shifts), by widening the shifts of the borders of its interval that
+        its loss error reaches to at least that error, otherwise by counting its mass as
+        error in every interval its exact loss may fall in, as the continuous parts do
+        with ``endpoint_mass`` (docs/floating-point.md, "Atoms")."""
         t = np.asarray(t, dtype=float)
         losses, a_at, b_at = self._atoms()
-        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        straddle = _straddling_atoms(t, losses, self._atom_loss_error(losses),
+                                     swapped=self.swapped)
+        exact = {}
+        if straddle is not None:
+            straddle, exact = self._place_straddling_atoms(t, straddle)
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped, exact=exact)
         ea = self.mass_relative_error * a + self.mass_absolute_error
         eb = self.mass_relative_error * b + self.mass_absolute_error
         if self.swapped:
@@ -468,8 +530,61 @@ class MechanismPair:
             extra = [e[::-1] for e in extra]
         else:
             ca, cb, eca, ecb, *extra = continuous(t)
-        return (a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb),
-                *extra)
+        out = [a + ca, b + cb, ea + eca + 2 * _U * (a + ca), eb + ecb + 2 * _U * (b + cb),
+               *extra]
+        if straddle is not None:
+            self._cover_straddling_atoms(out, straddle, a_at, b_at, displaced)
+        return tuple(out)
+
+    def _place_straddling_atoms(self, t, straddle):
+        """Atoms of ``straddle`` whose side of every grid point their loss error reaches
+        ``_atom_loss_side`` decides go to their exact interval ({atom: interval}); the
+        others are returned (as ``straddle``, None if none) for the allowance."""
+        idx, at, lo, hi, err = straddle
+        exact, rest = {}, []
+        for n, (i, l, h) in enumerate(zip(idx.tolist(), lo.tolist(), hi.tolist())):
+            # mirrored: the oriented loss -L exceeds t_c where L < -t_c
+            sides = [(-1 if self.swapped else 1)
+                     * (self._atom_loss_side(i, -float(t[c]) if self.swapped else float(t[c]))
+                        or 0) for c in range(l, h)]
+            if all(sides):
+                exact[i] = l + sum(1 for v in sides if v > 0)
+            else:
+                rest.append(n)
+        if not rest:
+            return None, exact
+        keep = np.array(rest)
+        return (idx[keep], at[keep], lo[keep], hi[keep], err[keep]), exact
+
+    def _cover_straddling_atoms(self, out, straddle, a_at, b_at, displaced):
+        """``_with_atoms``'s allowance for atoms whose exact loss may lie in another
+        interval than their computed one (``straddle``: ``_straddling_atoms``), in place
+        on ``out`` = [a, b, ea, eb, *extras].
+
+        Displaced: the interval at of computed loss L (t_{at-1} < L <= t_at) with the
+        exact loss within e of L needs borders displaced by e only where e reaches past
+        them (the exact loss is then in (t_{at-1} - e, t_at + e]).  Otherwise each
+        interval from lo to hi may hold the atom or wrongly hold it: each gets the
+        atom's largest exact mass, m (1 + relative error) + absolute error, as error."""
+        idx, at, lo, hi, err = straddle
+        if displaced:
+            shift = np.array(out[4], dtype=float)
+            left, right = lo < at, hi > at
+            np.maximum.at(shift, at[left] - 1, err[left])
+            np.maximum.at(shift, at[right], err[right])
+            out[4] = shift
+            return
+        ma = np.asarray(a_at, dtype=float)[idx]
+        mb = np.asarray(b_at, dtype=float)[idx]
+        if self.swapped:
+            ma, mb = mb, ma
+        rel, ab = self.mass_relative_error, self.mass_absolute_error
+        cells = np.concatenate([np.arange(l, h + 1) for l, h in zip(lo.tolist(), hi.tolist())])
+        reps = hi - lo + 1
+        ea, eb = np.array(out[2], dtype=float), np.array(out[3], dtype=float)
+        np.add.at(ea, cells, np.repeat((ma * (1.0 + rel) + ab) * (1.0 + 4 * _U), reps))
+        np.add.at(eb, cells, np.repeat((mb * (1.0 + rel) + ab) * (1.0 + 4 * _U), reps))
+        out[2], out[3] = ea * (1.0 + 4 * _U), eb * (1.0 + 4 * _U)
 
     def loss_range(self, tail: float) -> Tuple[float, float]:
         """Loss interval outside which less than ``tail`` of the relevant mass lies."""
@@ -870,6 +985,24 @@ class Laplace(MechanismPair):
             b += [float(self._cdf_mass(-T, s - T, 0.0)) / Z, 0.0]
         return np.array(losses), np.array(a), np.array(b)
 
+    def _atom_loss_side(self, i: int, v: float):
+        """Exact: the atoms' losses +-sensitivity / scale are rational (``fractions``)."""
+        from fractions import Fraction
+        if i > 1:
+            return None                                  # the +-inf atoms never straddle
+        e0 = Fraction(self.sensitivity) / Fraction(self.scale)
+        d = (e0 if i == 1 else -e0) - Fraction(v)
+        return 1 if d > 0 else (-1 if d < 0 else None)
+
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """The atoms at +-eps0: eps0 = sensitivity / scale is one correctly rounded
+        division, within u eps0 of the exact loss (the densities' ratio beyond the
+        sensitivity, also truncated: both normalisations are the same Z); the truncated
+        pair's atoms at +-inf are exact."""
+        losses = np.asarray(losses, dtype=float)
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isfinite(losses), _U * np.abs(losses) * 1.01, 0.0)
+
     def _continuous(self, t):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
@@ -879,14 +1012,15 @@ class Laplace(MechanismPair):
         _, _, Z = self._bounds()
         t = np.asarray(t, dtype=float)
         raw = (b * t + s) / 2.0
-        inside = (raw > 0.0) & (raw < s)                 # clipped end points are exact
+        d = 3.0 * _U * (b * np.abs(t) + s) / 2.0 * 1.01
+        # end points clipped by more than their round-off d are exact
+        inside = (raw > -d) & (raw < s + d)
         x = np.concatenate(([0.0], np.clip(raw, 0.0, s), [s]))
         # open interval (0, s): the end atoms are counted in _atoms
         ma, mb = self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
         # events within an end point's round-off (three roundings of (b t + s) / 2) may
         # belong to the neighbouring bucket: both densities are at most 1 / (2 b Z)
-        dx = np.concatenate(([0.0], np.where(inside, 3.0 * _U * (b * np.abs(t) + s) / 2.0
-                                             * 1.01, 0.0), [0.0]))
+        dx = np.concatenate(([0.0], np.where(inside, d, 0.0), [0.0]))
         edge = 2.0 * dx / (2.0 * b * Z) * 1.001 + UNDERFLOW_FLOOR
         rel = self.mass_relative_error
         return ma, mb, rel * ma + edge[:-1] + edge[1:], rel * mb + edge[:-1] + edge[1:]
@@ -931,6 +1065,39 @@ class DiscretePair(MechanismPair):
         with np.errstate(divide="ignore"):
             losses = np.log(a) - np.log(b)
         return losses, a, b
+
+    def _atom_loss_side(self, i: int, v: float):
+        """ln(a) - ln(b) - v in 60-digit ``decimal`` arithmetic (ln correctly rounded, the
+        doubles converted exactly): each of the three terms and two differences is off by
+        at most 1e-59 of the magnitudes, so a difference beyond 1e-50 of them is decided
+        (log(a / b) = v exactly only for a = b, v = 0: a rational e^v needs v = 0)."""
+        from decimal import Context, Decimal
+        a = np.asarray(self.probabilities_a)
+        b = np.asarray(self.probabilities_b)
+        keep = (a > 0) | (b > 0)
+        ai, bi = float(a[keep][i]), float(b[keep][i])
+        if ai == 0.0 or bi == 0.0:
+            return None
+        ctx = Context(prec=60)
+        la, lb, dv = ctx.ln(Decimal(ai)), ctx.ln(Decimal(bi)), Decimal(v)
+        d = ctx.subtract(ctx.subtract(la, lb), dv)
+        margin = ctx.multiply(Decimal("1e-50"), abs(la) + abs(lb) + abs(dv) + 1)
+        return 1 if d > margin else (-1 if d < -margin else None)
+
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """log(a) - log(b) of the (exact, double) probabilities: each log within one ulp,
+        2u |log p|, and the difference rounded, u |L| (with 1% of room for taking the
+        computed values' magnitudes); equal probabilities give exactly 0, an event one
+        side cannot produce exactly +-inf."""
+        a = np.asarray(self.probabilities_a)
+        b = np.asarray(self.probabilities_b)
+        keep = (a > 0) | (b > 0)
+        a, b = a[keep], b[keep]
+        finite = (a > 0) & (b > 0) & (a != b)
+        la = np.log(np.where(finite, a, 1.0))
+        lb = np.log(np.where(finite, b, 1.0))
+        return np.where(finite, (2.0 * _U * (np.abs(la) + np.abs(lb)) + _U * np.abs(la - lb))
+                        * 1.01, 0.0)
 
     def loss_spread(self, reach: float) -> float:
         losses, a, _ = self._atoms()

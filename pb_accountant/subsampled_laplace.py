@@ -112,8 +112,31 @@ class SubsampledLaplace(MechanismPair):
                 d_big = 4.0 * u * (np.abs(t) + abs(math.log(q)) + 1.0)
                 dinner = np.where(big, d_big, d_small)
             dx = (b * (dinner + 2.0 * u * ainner) + 2.0 * u * (b * ainner + 1.0)) / 2.0 * 1.01
-        # an end point whose loss is at or below log(1 - q) is exactly 0 (clipped)
-        return np.where(np.isfinite(inner) & np.isfinite(dx), dx, 0.0)
+        # an end point computed at or below log(1 - q) (inner -inf) is set to 0; its exact
+        # x(t) is at most ``_threshold_reach(t)`` (0 unless t is next to log(1 - q))
+        return np.where(np.isfinite(inner) & np.isfinite(dx), dx, self._threshold_reach(t))
+
+    def _threshold_reach(self, t) -> np.ndarray:
+        """Bound on the exact end point x(t) (before clipping) where the computed inner
+        log is -inf, i.e. on how far the end point set to 0 may be off.
+
+        Either t <= fl(log1p(-q)), which is within 2u |log(1-q)| of log(1-q) (log1p to
+        one ulp), so e^t - (1-q) <= (1-q) expm1(t - fl(log1p(-q)) + 2.03u |log1p(-q)|)
+        (0 further below); or t is above it and fl(fl(expm1(t)) / q) <= -1, so
+        expm1(t) <= -q (1 - 3u) and e^t - (1-q) <= 3.01u q.  With rho the bound on
+        (e^t - (1-q)) / q (1% of room), x(t) <= (b log(rho) + 1) / 2; at or below 0 the
+        end point 0 is exact, above it the stretch (0, x(t)) may belong to the bucket
+        below (the loss is flat there: b < 1 / |log rho|, about 1/36)."""
+        b, q = self.noise_multiplier, self.sample_rate
+        t = np.asarray(t, dtype=float)
+        if q == 1.0:
+            return np.zeros(t.shape)
+        thr = math.log1p(-q)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            excess = np.maximum((t - thr) + 2.03 * _U * abs(thr), 0.0)
+            rho = np.where(t <= thr, (1.0 - q) * np.expm1(excess) / q, 3.01 * _U) * 1.01
+            reach = (b * np.log(rho) + 1.0) / 2.0
+            return np.where(reach > -4.0 * _U, np.minimum(reach * 1.01 + 4.0 * _U, 1.0), 0.0)
 
     # -- the MechanismPair interface --------------------------------------------------
     def _atoms(self):
@@ -126,6 +149,56 @@ class SubsampledLaplace(MechanismPair):
         a_right = (1.0 - q) * b_right + q * a1_right
         return (np.array([self.loss_low, self.loss_high]), np.array([a_left, a_right]),
                 np.array([b_left, b_right]))
+
+    def _atom_loss_side(self, i: int, v: float):
+        """L_-, L_+ = ln(1 - q + q e^{-+1/b}) minus v in 60-digit ``decimal`` arithmetic
+        (exp, ln correctly rounded, the doubles converted exactly, |1/b| <= 1000): the
+        computed difference is within 1e-55 of (1 + |L| + |v|) of the exact one, so one
+        beyond 1e-50 of that is decided; q = 1: exact (``fractions``)."""
+        from decimal import Context, Decimal
+        from fractions import Fraction
+        b, q = self.noise_multiplier, self.sample_rate
+        if q == 1.0:
+            ell = Fraction(1) / Fraction(b) * (1 if i == 1 else -1)
+            d = ell - Fraction(v)
+            return 1 if d > 0 else (-1 if d < 0 else None)
+        ctx = Context(prec=60)
+        ell = ctx.divide(Decimal(1 if i == 1 else -1), Decimal(b))
+        Q = Decimal(q)
+        L = ctx.ln(ctx.add(ctx.subtract(Decimal(1), Q), ctx.multiply(Q, ctx.exp(ell))))
+        dv = Decimal(v)
+        d = ctx.subtract(L, dv)
+        margin = ctx.multiply(Decimal("1e-50"), abs(L) + abs(dv) + 1)
+        return 1 if d > margin else (-1 if d < -margin else None)
+
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """Bounds on |L_-| and |L_+| computed minus exact (``_mixed_loss``), with
+        log/log1p/exp good to one ulp (2u relative), first order (the inputs' errors are
+        below 1e-11, which the 1% of room covers).  The inputs: x = log1p(-q) carries
+        2u |x|; y = log q + ell (ell = +-1/b, one division: u |ell|) carries 2u |log q|,
+        u |ell| and its sum's u |y|.  logaddexp(x, y) has partial derivatives
+        w_x = 1 / (1 + e^{y - x}) and w_y = 1 - w_x, so it passes on w_x dx + w_y dy.  Its
+        own: with d = |x - y| and E = e^{-d}, max(x, y) + log1p(E): d rounded (u d),
+        which E turns into u d E; exp's 2u E; log1p's 2u log1p(E) <= 2u E; the final
+        sum's u |L|.  q = 1: L = ell, u |ell|."""
+        b, q = self.noise_multiplier, self.sample_rate
+        u = _U
+        out = []
+        for ell in (-1.0 / b, 1.0 / b):
+            if q == 1.0:
+                out.append(u * abs(ell) * 1.01)
+                continue
+            x = math.log1p(-q)
+            y = math.log(q) + ell
+            L = self._mixed_loss(ell)
+            d = abs(x - y)
+            wy = 1.0 / (1.0 + math.exp(min(x - y, 700.0)))
+            wx = 1.0 / (1.0 + math.exp(min(y - x, 700.0)))
+            passed = wx * 2.0 * u * abs(x) + wy * u * (2.0 * abs(math.log(q)) + abs(ell)
+                                                       + abs(y))
+            own = u * (math.exp(-d) * (d + 4.0) + abs(L))
+            out.append((passed + own) * 1.01)
+        return np.array(out)
 
     def _continuous(self, t):
         a, b, _, _ = self._continuous_with_error(t)
@@ -144,7 +217,8 @@ class SubsampledLaplace(MechanismPair):
         rel = self.mass_relative_error
         # events within an end point's error may belong to the neighbouring bucket: their
         # mass (both densities are at most 1 / (2 scale)) joins each bucket's error
-        m = 2.0 * dx / (2.0 * scale) * 1.001 + UNDERFLOW_FLOOR
+        # (at most 1: the masses are probabilities)
+        m = np.minimum(2.0 * dx / (2.0 * scale) * 1.001, 1.0) + UNDERFLOW_FLOOR
         edge = m[:-1] + m[1:]
         return a, bm, rel * a + 4 * _U * a + edge, rel * bm + edge
 

@@ -480,10 +480,6 @@ def test_randomized_response_buckets_match_exact_binning_off_the_atoms(p):
     _check_entries(b, eb, B, "B")
 
 
-@pytest.mark.xfail(strict=True, reason="atoms' losses are binned as computed in floating "
-                   "point (np.log(a) - np.log(b), sensitivity / scale) with no allowance: an atom "
-                   "whose computed loss equals a grid point but whose true loss is 1 ulp above "
-                   "it sits in the wrong bucket (the whole atom's mass, error bound ~1e-16)")
 @pytest.mark.parametrize("case", ["discrete", "laplace"])
 def test_atoms_on_a_grid_point_are_binned_by_their_exact_loss(case):
     if case == "discrete":
