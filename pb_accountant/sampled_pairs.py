@@ -159,6 +159,17 @@ class SymmetricSubsampledGaussian(MechanismPair):
         qc = q * math.exp(-0.5 / s2)
         return min(2.0 * qc / (1.0 - q + qc), 1.0) / s2 * 0.99
 
+    def _end_point_shift(self, t, xe):
+        """(finite, shift): which computed end points ``xe`` of the grid ``t`` are finite,
+        and each one's loss displacement measured a posteriori, |L(xe) - t| plus the
+        round-off of evaluating L there (meaningless where not finite)."""
+        finite = np.isfinite(xe)
+        with np.errstate(invalid="ignore", over="ignore"):
+            at = np.where(finite, xe, 0.0)
+            loss = self._loss_of_x(at)
+            shift = np.abs(loss - t) * (1.0 + 2.0 * _U) + self._loss_error(at, loss)
+        return finite, shift
+
     def _continuous_with_error(self, t):
         """Masses of the x-intervals between the computed end points, with the mass
         within each end point's distance to the exact one counted as error in both
@@ -181,11 +192,8 @@ class SymmetricSubsampledGaussian(MechanismPair):
         # the end points' distance to the exact ones, in z units (plus the rounding of
         # standardising them: 2u of |x| + 1, over s)
         xe = x[1:-1]
-        finite = np.isfinite(xe)
+        finite, shift = self._end_point_shift(t, xe)
         with np.errstate(invalid="ignore", over="ignore"):
-            loss = self._loss_of_x(np.where(finite, xe, 0.0))
-            shift = np.abs(loss - t) * (1.0 + 2.0 * _U) + self._loss_error(
-                np.where(finite, xe, 0.0), loss)
             dx = shift / self._min_slope() * 1.01 + 2.02 * _U * (np.abs(xe) + 1.0)
         dz = np.concatenate(([0.0], np.where(finite, dx / s * 1.01, 0.0), [0.0]))
 
@@ -212,12 +220,7 @@ class SymmetricSubsampledGaussian(MechanismPair):
         q = self.sample_rate
         t = np.asarray(t, dtype=float)
         x = np.maximum.accumulate(np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf])))
-        xe = x[1:-1]
-        finite = np.isfinite(xe)
-        with np.errstate(invalid="ignore", over="ignore"):
-            loss = self._loss_of_x(np.where(finite, xe, 0.0))
-            shift = np.abs(loss - t) * (1.0 + 2.0 * _U) + self._loss_error(
-                np.where(finite, xe, 0.0), loss)
+        finite, shift = self._end_point_shift(t, x[1:-1])
         shift = np.where(finite, shift, np.inf)     # inf: the leaf falls back
         m0, e0 = normal_x_interval_mass(x, 0.0, s)
         mp, ep = normal_x_interval_mass(x, 1.0, s)

@@ -8,30 +8,11 @@ import mpmath as mp
 import numpy as np
 import pytest
 
+from _closed_form import gaussian_delta, gaussian_epsilon
 from pb_accountant import PrivacyBucketsAccountant
 from pb_accountant.buckets import GroupedBuckets, Grid, _merged, _parity_slices
 from pb_accountant.convolution import check_finite, convolve_rows
 from pb_accountant.queries import ThresholdSum
-
-
-def gaussian_delta(eps, mu):
-    """Exact delta(eps) of a Gaussian with mu = sqrt(n) / sigma (80 digits)."""
-    with mp.workdps(80):
-        eps, mu = mp.mpf(eps), mp.mpf(mu)
-        return mp.ncdf(-eps / mu + mu / 2) - mp.exp(eps) * mp.ncdf(-eps / mu - mu / 2)
-
-
-def gaussian_epsilon(delta, mu):
-    """Exact epsilon(delta) of that Gaussian, by bisection on the closed form."""
-    with mp.workdps(80):
-        lo, hi = mp.mpf(0), mp.mpf(mu) ** 2
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            if gaussian_delta(mid, mu) > delta:
-                lo = mid
-            else:
-                hi = mid
-        return float(hi)
 
 
 def _accountant(sigma, q, steps):
