@@ -259,6 +259,16 @@ def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
     return int(min(most, max(1, math.ceil(math.log(width / aim, 4.0)))))
 
 
+def _first_level(composer: Composer, history, delta: Optional[float]) -> int:
+    """The level a query's first pass runs at: COARSE_LEVEL where a leaf grid of the
+    (canonical) ``history`` has at least COARSE_FIRST_LEAF_BUCKETS buckets and the grids
+    may be coarsened, else 0."""
+    if (history and composer.refined(COARSE_LEVEL) is not None
+            and composer.largest_leaf(history, delta) >= COARSE_FIRST_LEAF_BUCKETS):
+        return COARSE_LEVEL
+    return 0
+
+
 def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                             symmetric: bool = False) -> EpsilonBounds:
     """Both bounds at ``delta``, on a grid as fine as the answer needs.
@@ -275,10 +285,7 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     """
     delta = check_delta(delta)
     history = canonical_history(history)
-    level = 0
-    if (history and composer.refined(COARSE_LEVEL) is not None
-            and composer.largest_leaf(history, delta) >= COARSE_FIRST_LEAF_BUCKETS):
-        level = COARSE_LEVEL
+    level = _first_level(composer, history, delta)
     best = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
     for _ in range(MAX_PASSES - 1):
         aim = TARGET_WIDTH if level >= 0 else TARGET_WIDTH / 2
@@ -312,10 +319,7 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     do.  The decisions depend on the history and epsilon alone.
     """
     history = canonical_history(history)
-    start = composer
-    if history and composer.refined(COARSE_LEVEL) is not None:
-        if composer.largest_leaf(history, None) >= COARSE_FIRST_LEAF_BUCKETS:
-            start = composer.refined(COARSE_LEVEL)
+    start = composer.refined(_first_level(composer, history, None))
     first = PrivacyBuckets(start.compose(history, None, methods), None).delta_bounds(epsilon)
     upper = np.atleast_1d(np.asarray(first.upper, dtype=float))
     small = upper[(upper > 0.0) & np.isfinite(upper)]
