@@ -288,10 +288,9 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     level = _first_level(composer, history, delta)
     best = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
     for _ in range(MAX_PASSES - 1):
-        aim = TARGET_WIDTH if level >= 0 else TARGET_WIDTH / 2
         # (the cap is on the level reached: from a coarse start a query may go straight
         # to MAX_REFINEMENT instead of through a level its width already rules out)
-        halvings = refinement_level(best, aim, MAX_REFINEMENT - level)
+        halvings = refinement_level(best, TARGET_WIDTH, MAX_REFINEMENT - level)
         if halvings == 0 or level >= MAX_REFINEMENT:
             break
         level = min(level + halvings, MAX_REFINEMENT)

@@ -89,4 +89,4 @@ def test_snippet_runs_as_written(section, code, expected, tmp_path):
         assert item in res.stdout, f"{item!r} not printed; stdout:\n{res.stdout[-2000:]}"
     if "LoggingSink()" in code and "logging.basicConfig" in code or "addHandler" in code:
         assert ("pb_accountant INFO privacy budget at step 3 (epoch 0, step): epsilon in "
-                "[1.28052, 1.28053] at delta=1e-05") in res.stderr
+                "[1.28051, 1.28053] at delta=1e-05") in res.stderr

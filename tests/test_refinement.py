@@ -134,7 +134,7 @@ def test_a_coarse_start_that_misses_the_target_is_refined():
 
 def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatch):
     """The cap MAX_REFINEMENT is on the level reached, not on one step's halvings: a
-    coarse bracket 40 times too wide goes straight to level MAX_REFINEMENT instead of
+    coarse bracket 200 times too wide goes straight to level MAX_REFINEMENT instead of
     through level 0, which its width already rules out (the grids' widths are scripted
     here; the decision is the engine's)."""
     from pb_accountant import engine
@@ -143,7 +143,7 @@ def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatc
     def scripted(composer, history, delta, symmetric):
         level = round(math.log2(Composer().options.resolution / composer.options.resolution))
         seen.append(level)
-        width = 40 * TARGET_WIDTH / 4.0 ** (level - engine.COARSE_LEVEL)
+        width = 200 * TARGET_WIDTH / 4.0 ** (level - engine.COARSE_LEVEL)
         return engine.EpsilonBounds(delta, 1.0 - width, 1.0)
 
     monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
