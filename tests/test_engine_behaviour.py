@@ -196,3 +196,16 @@ def test_a_collapsed_lower_bound_says_so():
     ordinary = PrivacyBucketsAccountant()
     ordinary.history = [(1.1, 0.01, 1000)]
     assert not any("lower bound is 0" in n for n in ordinary.get_epsilon_bounds(1e-5).notes)
+
+
+@pytest.mark.parametrize("steps", [1, 3, 105, 1000, 20000])
+@pytest.mark.parametrize("delta", [1e-5, 1e-12])
+def test_the_infinity_atoms_stay_within_their_share_of_delta(steps, delta):
+    """The per-step infinity budget is sized for the history's own length (rounded up to
+    a power of two, no larger floor), and the atoms of every composition level together
+    stay below INFINITY_FRACTION * delta, short histories included."""
+    from pb_accountant import SubsampledGaussian, compose
+    from pb_accountant.composition import INFINITY_FRACTION, planned_steps
+    assert planned_steps(steps) == 1 << max(steps - 1, 0).bit_length()
+    pb = compose([(SubsampledGaussian(1.15, 1e-3), steps)], delta=delta)
+    assert 0.0 <= pb.infinity_mass <= INFINITY_FRACTION * delta
