@@ -152,3 +152,24 @@ def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatc
                                           1e-5)
     assert seen == [engine.COARSE_LEVEL, engine.MAX_REFINEMENT]
     assert _width(best) <= TARGET_WIDTH
+
+
+def test_a_coarse_start_refines_toward_the_target_itself(monkeypatch):
+    """A coarse bracket 40 times too wide asks for log4(40) = 2.7, so three halvings
+    (level 1), the first level the h^2 law predicts within the target; aiming at half
+    the target would have asked for level 2, four times the cost (scripted widths)."""
+    from pb_accountant import engine
+    seen = []
+
+    def scripted(composer, history, delta, symmetric):
+        level = round(math.log2(Composer().options.resolution / composer.options.resolution))
+        seen.append(level)
+        width = 40 * TARGET_WIDTH / 4.0 ** (level - engine.COARSE_LEVEL)
+        return engine.EpsilonBounds(delta, 1.0 - width, 1.0)
+
+    monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
+    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
+                                          1e-5)
+    assert seen == [engine.COARSE_LEVEL, 1]
+    assert _width(best) <= TARGET_WIDTH
