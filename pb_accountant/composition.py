@@ -683,15 +683,20 @@ class Composer:
                     self._cache_size)
             return finer
 
-    def largest_leaf(self, history, delta: Optional[float] = None) -> int:
-        """The most buckets among the leaf grids of ``history``'s pairs (what composing
-        it would use): a query's cost grows with it."""
+    def leaf_grids(self, history, delta: Optional[float] = None) -> Tuple[Grid, ...]:
+        """The leaf grid of each of ``history``'s pairs, in canonical order (what composing
+        it would use)."""
         history = canonical_history(history)
         if not history:
-            return 0
+            return ()
         cfg = self._config(delta, sum(count for _, count in history))
         with self._lock:
-            return max(self._leaf_grid(pair, cfg).number_of_buckets for pair, _ in history)
+            return tuple(self._leaf_grid(pair, cfg) for pair, _ in history)
+
+    def largest_leaf(self, history, delta: Optional[float] = None) -> int:
+        """The most buckets among the leaf grids of ``history``'s pairs: a query's cost
+        grows with it."""
+        return max((g.number_of_buckets for g in self.leaf_grids(history, delta)), default=0)
 
     # -- configuration ---------------------------------------------------------------
     def _config(self, delta: Optional[float], total_steps: int):

@@ -173,3 +173,48 @@ def test_a_coarse_start_refines_toward_the_target_itself(monkeypatch):
                                           1e-5)
     assert seen == [engine.COARSE_LEVEL, 1]
     assert _width(best) <= TARGET_WIDTH
+
+
+#: random-suite #77: two segments whose leaf grids reach the bucket cap on level 1
+CAPPED = [(SubsampledGaussian(1.191691, 7.511e-05), 1609653),
+          (SubsampledGaussian(0.595846, 7.511e-05), 1609652)]
+CAPPED_DELTA = 7.895397081579481e-14
+
+
+def test_no_refinement_where_no_leaf_grid_gets_finer():
+    from pb_accountant.engine import _refines_no_leaf, canonical_history
+    c = Composer()
+    history = canonical_history(CAPPED)
+    cap = c.options.max_buckets
+    assert all(g.number_of_buckets == cap for g in c.refined(1).leaf_grids(history, CAPPED_DELTA))
+    assert _refines_no_leaf(c.refined(1), c.refined(2), history, CAPPED_DELTA)
+    # level 0's leaves are below the cap: refining them is worth it
+    assert not _refines_no_leaf(c.refined(0), c.refined(1), history, CAPPED_DELTA)
+    typical = canonical_history([(SubsampledGaussian(1.1, 0.01), 1000)])
+    assert not _refines_no_leaf(c, c.refined(1), typical, 1e-5)
+    assert c.largest_leaf(history, CAPPED_DELTA) == max(
+        g.number_of_buckets for g in c.leaf_grids(history, CAPPED_DELTA))
+
+
+def test_a_query_stops_where_no_leaf_grid_gets_finer(monkeypatch):
+    """Scripted widths: the coarse pass asks for level 1, whose width (twice the
+    target) asks for level 2; the real leaf grids of CAPPED are capped and equal on
+    levels 1 and 2, so the query keeps level 1's bracket."""
+    from pb_accountant import engine
+    widths = {engine.COARSE_LEVEL: 40 * TARGET_WIDTH, 1: 2 * TARGET_WIDTH, 2: TARGET_WIDTH / 2}
+    seen = []
+
+    def scripted(composer, history, delta, symmetric):
+        level = round(math.log2(Composer().options.resolution / composer.options.resolution))
+        seen.append(level)
+        return engine.EpsilonBounds(delta, 1.0 - widths[level], 1.0)
+
+    monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
+    best = engine.adaptive_epsilon_bounds(Composer(), CAPPED, CAPPED_DELTA)
+    assert seen == [engine.COARSE_LEVEL, 1]          # level 2 would refine no leaf
+    assert _width(best) == pytest.approx(2 * TARGET_WIDTH)
+    # the control: leaves that do get finer are refined as before
+    seen.clear()
+    monkeypatch.setattr(engine, "_refines_no_leaf", lambda *a: False)
+    engine.adaptive_epsilon_bounds(Composer(), CAPPED, CAPPED_DELTA)
+    assert seen == [engine.COARSE_LEVEL, 1, 2]
