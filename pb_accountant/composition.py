@@ -33,7 +33,8 @@ from .representation import BucketRepresentation
 #: short history pay for 16,384 steps (longer leaves, finer round-off splits; 105 steps
 #: at sigma 1.15, q 1.06e-5, delta 1.2e-14 took 0.24 s, now 0.12 s).  The price is a
 #: new grid at each doubling of a growing history (one query per epoch over 100
-#: epochs of 195 steps: 2.3 s in all before, 3.8 s now; docs/method.md §3)
+#: epochs of 195 steps, run back to back: 2.3 s in all before, 3.8 s now;
+#: docs/method.md §3)
 MIN_STEPS_PLANNED = 1
 #: fraction of the target delta the infinity atoms may take in the end
 INFINITY_FRACTION = 1e-3
