@@ -132,24 +132,39 @@ def test_a_coarse_start_that_misses_the_target_is_refined():
     assert coarse.lower <= best.lower <= best.upper <= coarse.upper
 
 
-def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatch):
-    """The cap MAX_REFINEMENT is on the level reached, not on one step's halvings: a
-    coarse bracket 200 times too wide goes straight to level MAX_REFINEMENT instead of
-    through level 0, which its width already rules out (the grids' widths are scripted
-    here; the decision is the engine's)."""
+def _scripted_passes(monkeypatch, width_at):
+    """Replace each pass by a bracket of relative width ``width_at(level)`` (the
+    decisions stay the engine's) and return the list the levels it runs are appended to."""
     from pb_accountant import engine
     seen = []
 
     def scripted(composer, history, delta, symmetric):
         level = round(math.log2(Composer().options.resolution / composer.options.resolution))
         seen.append(level)
-        width = 200 * TARGET_WIDTH / 4.0 ** (level - engine.COARSE_LEVEL)
-        return engine.EpsilonBounds(delta, 1.0 - width, 1.0)
+        return engine.EpsilonBounds(delta, 1.0 - width_at(level), 1.0)
 
     monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
+    return seen
+
+
+def _coarse_start(monkeypatch, too_wide):
+    """Levels run from a coarse start whose bracket is ``too_wide`` times the target,
+    each halving shrinking it 4-fold, and the answer."""
+    from pb_accountant import engine
+    seen = _scripted_passes(monkeypatch, lambda level: too_wide * TARGET_WIDTH
+                            / 4.0 ** (level - engine.COARSE_LEVEL))
     monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
     best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
                                           1e-5)
+    return seen, best
+
+
+def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatch):
+    """The cap MAX_REFINEMENT is on the level reached, not on one step's halvings: a
+    coarse bracket 200 times too wide goes straight to level MAX_REFINEMENT instead of
+    through level 0, which its width already rules out."""
+    from pb_accountant import engine
+    seen, best = _coarse_start(monkeypatch, 200)
     assert seen == [engine.COARSE_LEVEL, engine.MAX_REFINEMENT]
     assert _width(best) <= TARGET_WIDTH
 
@@ -157,20 +172,9 @@ def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatc
 def test_a_coarse_start_refines_toward_the_target_itself(monkeypatch):
     """A coarse bracket 40 times too wide asks for log4(40) = 2.7, so three halvings
     (level 1), the first level the h^2 law predicts within the target; aiming at half
-    the target would have asked for level 2, four times the cost (scripted widths)."""
+    the target would have asked for level 2, four times the cost."""
     from pb_accountant import engine
-    seen = []
-
-    def scripted(composer, history, delta, symmetric):
-        level = round(math.log2(Composer().options.resolution / composer.options.resolution))
-        seen.append(level)
-        width = 40 * TARGET_WIDTH / 4.0 ** (level - engine.COARSE_LEVEL)
-        return engine.EpsilonBounds(delta, 1.0 - width, 1.0)
-
-    monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
-    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
-    best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
-                                          1e-5)
+    seen, best = _coarse_start(monkeypatch, 40)
     assert seen == [engine.COARSE_LEVEL, 1]
     assert _width(best) <= TARGET_WIDTH
 
@@ -202,14 +206,7 @@ def test_a_query_stops_where_no_leaf_grid_gets_finer(monkeypatch):
     levels 1 and 2, so the query keeps level 1's bracket."""
     from pb_accountant import engine
     widths = {engine.COARSE_LEVEL: 40 * TARGET_WIDTH, 1: 2 * TARGET_WIDTH, 2: TARGET_WIDTH / 2}
-    seen = []
-
-    def scripted(composer, history, delta, symmetric):
-        level = round(math.log2(Composer().options.resolution / composer.options.resolution))
-        seen.append(level)
-        return engine.EpsilonBounds(delta, 1.0 - widths[level], 1.0)
-
-    monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
+    seen = _scripted_passes(monkeypatch, widths.__getitem__)
     best = engine.adaptive_epsilon_bounds(Composer(), CAPPED, CAPPED_DELTA)
     assert seen == [engine.COARSE_LEVEL, 1]          # level 2 would refine no leaf
     assert _width(best) == pytest.approx(2 * TARGET_WIDTH)
