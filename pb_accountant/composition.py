@@ -58,6 +58,8 @@ class BucketOptions:
     ``growth_factor``-fold).  Without it the grid adapts: the spacing follows the
     spread of the composed loss (``resolution`` times its standard deviation) and n
     follows its range, so only the buckets the precision needs are paid for.
+    ``max_buckets`` caps the default grids; an epsilon query's finer levels
+    (``Composer.refined``) may use twice as many.
     """
 
     number_of_buckets: Optional[int] = None
@@ -678,9 +680,16 @@ class Composer:
             finer = self._refined.get(level)
             if finer is None:
                 scale = 0.5 ** level
+                # a finer level may use twice the bucket cap, so that a leaf the cap made
+                # coarser than its leaf_resolution gets finer too (it used to stay as
+                # coarse); not more: beyond 2^18 buckets the certified round-off of the
+                # larger transforms outgrows what the finer spacing gains at small delta
+                # (docs/method.md §3)
+                cap = o.max_buckets if level <= 0 else 2 * (o.max_buckets + 2) - 2
                 finer = self._refined[level] = Composer(
                     dataclasses.replace(o, resolution=min(o.resolution * scale, 1.0),
-                                        leaf_resolution=min(o.leaf_resolution * scale, 1.0)),
+                                        leaf_resolution=min(o.leaf_resolution * scale, 1.0),
+                                        max_buckets=cap),
                     self._cache_size)
             return finer
 

@@ -325,8 +325,11 @@ def _level_products(spectra, k: int, same: bool):
 
 
 #: most parts a row is split into (hi, mids, rest): each further part recovers about
-#: b more bits of every product exactly, at one more forward and inverse transform
-_MAX_PARTS = 8
+#: b more bits of every product exactly, at one more forward and inverse transform.
+#: Parts are added only while the rest's certified error exceeds the tolerance; 8 (the
+#: limit before) left the finer levels' 2^18-bucket leaves' products 4000 times above
+#: it at small delta (docs/method.md §3)
+_MAX_PARTS = 12
 
 
 def _parts(hi, rest, s0, step, k, flush: bool = True):

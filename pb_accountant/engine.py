@@ -274,20 +274,30 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     """Both bounds at ``delta``, on a grid as fine as the answer needs.
 
     The first grids are ``composer``'s, or COARSE_LEVEL halvings coarser where a leaf
-    grid is large (COARSE_FIRST_LEAF_BUCKETS).  While the relative width exceeds
+    grid is large (COARSE_FIRST_LEAF_BUCKETS; ``composer``'s own follow where that
+    coarse pass certifies no finite upper bound).  While the relative width exceeds
     TARGET_WIDTH the bounds are computed again with the leaf and final resolutions
-    halved as often as ``refinement_level`` predicts (``Composer.refined``), up to
-    MAX_REFINEMENT halvings of ``composer``'s and MAX_PASSES grids, but not where no
-    leaf grid would get finer (``_refines_no_leaf``); the best bounds of all are kept
-    (each is certified).  The decisions depend on the history and
-    delta alone, so every query of the same history gets the same answer.
+    halved as often as ``refinement_level`` predicts (``Composer.refined``: finer
+    levels also have twice the bucket cap), up to MAX_REFINEMENT halvings of
+    ``composer``'s and MAX_PASSES grids, but not where no leaf grid would get finer
+    (``_refines_no_leaf``); the best bounds of all are kept (each is certified).  The
+    decisions depend on the history and delta alone, so every query of the same
+    history gets the same answer.
     ``symmetric``: the pairs are their own mirrors (the B||A groups repeat the A||B ones).
     """
     delta = check_delta(delta)
     history = canonical_history(history)
     level = _first_level(composer, history, delta)
     best = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
-    for _ in range(MAX_PASSES - 1):
+    passes = 1
+    if level < 0 and not math.isfinite(best.upper):
+        # a coarse start whose grids could not certify an upper bound (its windows left
+        # more than delta in the infinity atoms): the default grids, which are not
+        # coarser than any coarse start's, before any refinement
+        level = 0
+        best = _best_of(best, _two_sided_bounds(composer, history, delta, symmetric))
+        passes += 1
+    for _ in range(MAX_PASSES - passes):
         # (the cap is on the level reached: from a coarse start a query may go straight
         # to MAX_REFINEMENT instead of through a level its width already rules out)
         halvings = refinement_level(best, TARGET_WIDTH, MAX_REFINEMENT - level)
@@ -306,8 +316,8 @@ def _refines_no_leaf(current: Composer, finer: Composer, history, delta: float) 
     (``max_buckets``) on ``current``'s grids and the same on ``finer``'s: refining would
     change the final grid alone, while such a history's width comes from its leaves'
     rounding (a capped leaf is coarser, relative to its spread, than its
-    ``leaf_resolution``).  Random-suite #77 (3.2e6 steps at q 7.5e-5): width 6.22e-4
-    on level 1, 6.17e-4 on level 2, which took 6 s more."""
+    ``leaf_resolution``).  The finer levels share one cap (twice the default's,
+    ``Composer.refined``), so a leaf at that cap on level 1 stays as coarse on level 2."""
     now = current.leaf_grids(history, delta)
     cap = current.options.max_buckets
     return (bool(now) and all(g.number_of_buckets >= cap for g in now)

@@ -34,6 +34,10 @@ from ._validation import (MAX_NOISE, MIN_NOISE, check_noise_multiplier,  # noqa:
 _GL_HALF_RULES = {
     4: ((0.33998104358485626, 0.8611363115940526),
         (0.6521451548625461, 0.34785484513745385)),
+    6: ((0.2386191860831969, 0.6612093864662645, 0.932469514203152),
+        (0.46791393457269104, 0.3607615730481386, 0.17132449237917036)),
+    8: ((0.1834346424956498, 0.525532409916329, 0.7966664774136267, 0.9602898564975363),
+        (0.362683783378362, 0.31370664587788727, 0.22238103445337448, 0.10122853629037626)),
     12: ((0.1252334085114689, 0.3678314989981802, 0.5873179542866175, 0.7699026741943047,
           0.9041172563704749, 0.9815606342467192),
          (0.24914704581340277, 0.2334925365383548, 0.20316742672306592,
@@ -42,7 +46,7 @@ _GL_HALF_RULES = {
 
 
 def gauss_legendre(n: int) -> Tuple[np.ndarray, np.ndarray]:
-    """The n-point Gauss-Legendre rule on [-1, 1] (n in 4, 12), nodes ascending."""
+    """The n-point Gauss-Legendre rule on [-1, 1] (n in 4, 6, 8, 12), nodes ascending."""
     nodes, weights = (np.array(v) for v in _GL_HALF_RULES[n])
     return (np.concatenate((-nodes[::-1], nodes)), np.concatenate((weights[::-1], weights)))
 
@@ -56,10 +60,16 @@ _GL_NODES, _GL_WEIGHTS = gauss_legendre(12)
 #: >= 2 exp(-|a| - b); at |a| + 2b = s below these limits (90% of where the bound, with
 #: the best r, reaches u / 16) the truncation is at most u / 16 of the mass
 #: (docs/floating-point.md)
-_GL_RULES = tuple((n, limit) + gauss_legendre(n) for n, limit in ((4, 4.7e-4), (12, 0.54)))
-#: (also below u / 16: 5 nodes to s = 4.1e-3, 6 to 1.7e-2, 8 to 0.1; two rules keep the
-#: selection cheap).  The rules' truncation bound, relative to the mass:
+_GL_RULES = tuple((n, limit) + gauss_legendre(n)
+                  for n, limit in ((4, 4.7e-4), (6, 1.7e-2), (8, 0.1), (12, 0.54)))
+#: (each limit is at most 90% of where the bound reaches u / 16:
+#: ``tests/test_mechanisms.py::test_gauss_legendre_truncation_limits``; in a leaf most
+#: intervals take 6 nodes, where 12 would cost twice the exponentials).  The rules'
+#: truncation bound, relative to the mass:
 _GL_TRUNCATION = _U / 16.0
+_GL_LIMITS = np.array([limit for _, limit, _, _ in _GL_RULES])
+#: runs of one rule summed as slices; more runs than this are gathered by rule
+_GL_MAX_RUNS = 64
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -268,12 +278,22 @@ def _narrow_masses(l, h, mean: float, scale: float):
     if np.any(size > _GL_RULES[-1][1]):
         raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
     g = np.empty(len(l))
-    small = size <= _GL_RULES[0][1]
-    for pick, (_, _, nodes, weights) in ((small, _GL_RULES[0]), (~small, _GL_RULES[-1])):
-        if np.all(pick):
-            g[:] = _node_sum(a, b, nodes, weights)
-        elif np.any(pick):
-            g[pick] = _node_sum(a[pick], b[pick], nodes, weights)
+    # the fewest nodes whose limit holds (sizes beyond every limit were refused above)
+    rule = np.minimum(np.searchsorted(_GL_LIMITS, size), len(_GL_LIMITS) - 1)
+    # the rule changes at few places along a leaf (the sizes vary smoothly): runs of one
+    # rule are summed as slices, which copies nothing
+    starts = np.concatenate(([0], np.flatnonzero(rule[1:] != rule[:-1]) + 1)) if len(rule) else ()
+    if len(starts) <= _GL_MAX_RUNS:
+        ends = list(starts[1:]) + [len(rule)]
+        for i, j in zip(starts.tolist() if len(rule) else (), ends):
+            _, _, nodes, weights = _GL_RULES[int(rule[i])]
+            g[i:j] = _node_sum(a[i:j], b[i:j], nodes, weights)
+    else:
+        for k in range(len(_GL_RULES)):
+            pick = np.flatnonzero(rule == k)
+            if len(pick):
+                _, _, nodes, weights = _GL_RULES[k]
+                g[pick] = _node_sum(a[pick], b[pick], nodes, weights)
     m = np.maximum(half * _INV_SQRT_2PI * phi * g, 0.0)
     # the midpoint's error moves phi by (|mid| + dmid) dmid relative; the exponent's
     # low part: its rounding (2u), the dropped q_lo^2 and the first-order exp (lo2^2)

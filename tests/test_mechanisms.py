@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pb_accountant import DiscretePair, Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
-from pb_accountant.mechanisms import (UNDERFLOW_FLOOR, gauss_legendre, laplace_interval_mass,
+from pb_accountant.mechanisms import (_GL_RULES, UNDERFLOW_FLOOR, gauss_legendre, laplace_interval_mass,
                                       laplace_relative_error, normal_interval_error,
                                       normal_interval_mass, normal_x_interval_mass)
 
@@ -93,7 +93,7 @@ def test_a_flushed_end_point_is_covered():
 
 
 
-@pytest.mark.parametrize("n", [4, 12])
+@pytest.mark.parametrize("n", [4, 6, 8, 12])
 def test_gauss_legendre_rules_are_correctly_rounded(n):
     """The quadrature's error bound counts the weights as correctly rounded (u/2)."""
     need_mpmath()
@@ -107,6 +107,28 @@ def test_gauss_legendre_rules_are_correctly_rounded(n):
         exact_w = 2 / ((1 - r * r) * dp * dp)
         assert float(r) == x and float(exact_w) == w
     assert len(nodes) == n and np.all(np.diff(nodes) > 0)
+
+
+@pytest.mark.parametrize("rule", _GL_RULES, ids=lambda r: f"{r[0]}-nodes")
+def test_gauss_legendre_truncation_limits(rule):
+    """Each rule's limit s = |a| + 2b is at most 90% of where the truncation bound reaches
+    u/16 of the mass: c_n (2n)! r^-2n exp(|a| (1+r) + b (1+r)^2) (Cauchy's estimate on
+    a circle of radius r) over the integral's lower bound 2 exp(-|a| - b), at the worst
+    split of s between |a| and 2b, minimised over r."""
+    need_mpmath()
+    n, limit = rule[0], rule[1]
+    mpmath.mp.dps = 30
+    c_n = (mpmath.mpf(2) ** (2 * n + 1) * mpmath.factorial(n) ** 4
+           / ((2 * n + 1) * mpmath.factorial(2 * n) ** 3))
+
+    def bound(s):
+        def at(r):
+            # |a| (2 + r) + b ((1 + r)^2 + 1), with |a| + 2b = s, is largest at an end
+            worst = s * max(2 + r, 1 + r + r * r / 2)
+            return c_n * mpmath.factorial(2 * n) * r ** (-2 * n) * mpmath.exp(worst) / 2
+        return min(at(mpmath.mpf(10) ** (k / 100)) for k in range(-100, 300))
+
+    assert bound(mpmath.mpf(limit) / mpmath.mpf("0.9")) <= mpmath.mpf(2) ** -53 / 16
 
 
 PAIRS = [SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.5, 0.3), SubsampledGaussian(2.0, 1.0),

@@ -133,15 +133,19 @@ def test_a_coarse_start_that_misses_the_target_is_refined():
 
 
 def _scripted_passes(monkeypatch, width_at):
-    """Replace each pass by a bracket of relative width ``width_at(level)`` (the
-    decisions stay the engine's) and return the list the levels it runs are appended to."""
+    """Replace each pass by a bracket of relative width ``width_at(level)`` (None: an
+    infinite upper bound; the decisions stay the engine's) and return the list the
+    levels it runs are appended to."""
     from pb_accountant import engine
     seen = []
 
     def scripted(composer, history, delta, symmetric):
         level = round(math.log2(Composer().options.resolution / composer.options.resolution))
         seen.append(level)
-        return engine.EpsilonBounds(delta, 1.0 - width_at(level), 1.0)
+        width = width_at(level)
+        if width is None:
+            return engine.EpsilonBounds(delta, 0.5, math.inf)
+        return engine.EpsilonBounds(delta, 1.0 - width, 1.0)
 
     monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
     return seen
@@ -169,6 +173,24 @@ def test_a_coarse_start_goes_straight_to_the_level_its_width_asks_for(monkeypatc
     assert _width(best) <= TARGET_WIDTH
 
 
+def test_a_coarse_start_without_a_finite_upper_bound_falls_back_to_the_default_grids(
+        monkeypatch):
+    """A coarse pass whose windows leave more than delta in the infinity atoms certifies
+    no upper bound, and refining from it would not be tried (an infinite bound predicts
+    no level): the default grids run next, then refinement as usual.  (A 374-segment
+    schedule, sigma 0.59 decaying to 0.4, q 1.5e-4, 868,699 steps, delta 2.6e-15: the
+    coarse pass's B-mass beyond its grid was 7.8e-11, and the answer was [30.43, inf];
+    the default grids certify 30.464.)"""
+    from pb_accountant import engine
+    seen = _scripted_passes(monkeypatch, lambda level: None if level < 0
+                            else 2 * TARGET_WIDTH / 4.0 ** level)
+    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
+                                          1e-5)
+    assert seen == [engine.COARSE_LEVEL, 0, 1]
+    assert math.isfinite(best.upper) and _width(best) <= TARGET_WIDTH
+
+
 def test_a_coarse_start_refines_toward_the_target_itself(monkeypatch):
     """A coarse bracket 40 times too wide asks for log4(40) = 2.7, so three halvings
     (level 1), the first level the h^2 law predicts within the target; aiming at half
@@ -179,39 +201,83 @@ def test_a_coarse_start_refines_toward_the_target_itself(monkeypatch):
     assert _width(best) <= TARGET_WIDTH
 
 
-#: random-suite #77: two segments whose leaf grids reach the bucket cap on level 1
+#: random-suite #77: two segments whose leaf grids need more than the default grids'
+#: bucket cap (max_buckets) on level 1
 CAPPED = [(SubsampledGaussian(1.191691, 7.511e-05), 1609653),
           (SubsampledGaussian(0.595846, 7.511e-05), 1609652)]
 CAPPED_DELTA = 7.895397081579481e-14
 
 
-def test_no_refinement_where_no_leaf_grid_gets_finer():
-    from pb_accountant.engine import _refines_no_leaf, canonical_history
+def test_a_finer_level_has_a_bucket_cap_to_match():
+    """A finer level may use twice the default bucket cap, so a leaf the default cap made
+    coarser than its leaf_resolution gets finer on the next level (it used to stay as
+    coarse, and only the final grid was refined)."""
+    from pb_accountant.engine import canonical_history
     c = Composer()
-    history = canonical_history(CAPPED)
     cap = c.options.max_buckets
-    assert all(g.number_of_buckets == cap for g in c.refined(1).leaf_grids(history, CAPPED_DELTA))
-    assert _refines_no_leaf(c.refined(1), c.refined(2), history, CAPPED_DELTA)
-    # level 0's leaves are below the cap: refining them is worth it
-    assert not _refines_no_leaf(c.refined(0), c.refined(1), history, CAPPED_DELTA)
-    typical = canonical_history([(SubsampledGaussian(1.1, 0.01), 1000)])
-    assert not _refines_no_leaf(c, c.refined(1), typical, 1e-5)
+    assert c.refined(-2).options.max_buckets == cap
+    assert c.refined(1).options.max_buckets == 2 * (cap + 2) - 2
+    assert c.refined(2).options.max_buckets == 2 * (cap + 2) - 2
+    history = canonical_history(CAPPED)
+    level1 = c.refined(1).leaf_grids(history, CAPPED_DELTA)
+    level2 = c.refined(2).leaf_grids(history, CAPPED_DELTA)
+    assert max(g.number_of_buckets for g in level1) >= cap      # at the default cap
+    for g1, g2 in zip(level1, level2):
+        assert g2.log_factor == g1.log_factor / 2
+        assert g2.number_of_buckets * g2.log_factor >= g1.number_of_buckets * g1.log_factor
     assert c.largest_leaf(history, CAPPED_DELTA) == max(
         g.number_of_buckets for g in c.leaf_grids(history, CAPPED_DELTA))
 
 
+#: sigma 0.44, q 6.0e-5, 2.7e6 steps (seed 5 of the random settings): the leaf grid is
+#: at the finer levels' cap on level 1 already
+AT_CAP = [(SubsampledGaussian(0.441284, 6.02e-05), 2697440)]
+AT_CAP_DELTA = 5.455894017474291e-14
+
+
+def test_no_refinement_where_no_leaf_grid_gets_finer():
+    from pb_accountant.engine import _refines_no_leaf, canonical_history
+    c = Composer()
+    history = canonical_history(AT_CAP)
+    cap = c.refined(1).options.max_buckets
+    assert all(g.number_of_buckets == cap for g in c.refined(1).leaf_grids(history, AT_CAP_DELTA))
+    assert _refines_no_leaf(c.refined(1), c.refined(2), history, AT_CAP_DELTA)
+    # level 0's leaf is below its cap: refining it is worth it; so is #77's on level 1
+    assert not _refines_no_leaf(c, c.refined(1), history, AT_CAP_DELTA)
+    capped = canonical_history(CAPPED)
+    assert not _refines_no_leaf(c.refined(1), c.refined(2), capped, CAPPED_DELTA)
+    typical = canonical_history([(SubsampledGaussian(1.1, 0.01), 1000)])
+    assert not _refines_no_leaf(c, c.refined(1), typical, 1e-5)
+
+
 def test_a_query_stops_where_no_leaf_grid_gets_finer(monkeypatch):
     """Scripted widths: the coarse pass asks for level 1, whose width (twice the
-    target) asks for level 2; the real leaf grids of CAPPED are capped and equal on
+    target) asks for level 2; AT_CAP's real leaf grids are at the cap and equal on
     levels 1 and 2, so the query keeps level 1's bracket."""
     from pb_accountant import engine
     widths = {engine.COARSE_LEVEL: 40 * TARGET_WIDTH, 1: 2 * TARGET_WIDTH, 2: TARGET_WIDTH / 2}
     seen = _scripted_passes(monkeypatch, widths.__getitem__)
-    best = engine.adaptive_epsilon_bounds(Composer(), CAPPED, CAPPED_DELTA)
+    best = engine.adaptive_epsilon_bounds(Composer(), AT_CAP, AT_CAP_DELTA)
     assert seen == [engine.COARSE_LEVEL, 1]          # level 2 would refine no leaf
     assert _width(best) == pytest.approx(2 * TARGET_WIDTH)
     # the control: leaves that do get finer are refined as before
     seen.clear()
     monkeypatch.setattr(engine, "_refines_no_leaf", lambda *a: False)
-    engine.adaptive_epsilon_bounds(Composer(), CAPPED, CAPPED_DELTA)
+    engine.adaptive_epsilon_bounds(Composer(), AT_CAP, AT_CAP_DELTA)
     assert seen == [engine.COARSE_LEVEL, 1, 2]
+
+
+def test_a_long_run_with_a_capped_leaf_gets_tighter():
+    """10^7 steps at sigma 0.8, q 1e-5: the leaf needs 2^18 buckets on level 2.  Under
+    one cap for every level its width stayed at 5.35e-3 however far the query refined;
+    with the finer levels' larger cap it is about 1.3e-3, inside the default grids'
+    bracket."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(0.8, 1e-5, 10 ** 7)]
+    b = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 < b.lower <= b.upper
+    assert _width(b) < 2e-3
+    from pb_accountant.engine import _two_sided_bounds
+    first = _two_sided_bounds(Composer(), [(SubsampledGaussian(0.8, 1e-5), 10 ** 7)], 1e-5,
+                              False)
+    assert first.lower <= b.lower <= b.upper <= first.upper
