@@ -68,8 +68,6 @@ _GL_RULES = tuple((n, limit) + gauss_legendre(n)
 #: truncation bound, relative to the mass:
 _GL_TRUNCATION = _U / 16.0
 _GL_LIMITS = np.array([limit for _, limit, _, _ in _GL_RULES])
-#: runs of one rule summed as slices; more runs than this are gathered by rule
-_GL_MAX_RUNS = 64
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -280,20 +278,14 @@ def _narrow_masses(l, h, mean: float, scale: float):
     g = np.empty(len(l))
     # the fewest nodes whose limit holds (sizes beyond every limit were refused above)
     rule = np.minimum(np.searchsorted(_GL_LIMITS, size), len(_GL_LIMITS) - 1)
-    # the rule changes at few places along a leaf (the sizes vary smoothly): runs of one
-    # rule are summed as slices, which copies nothing
-    starts = np.concatenate(([0], np.flatnonzero(rule[1:] != rule[:-1]) + 1)) if len(rule) else ()
-    if len(starts) <= _GL_MAX_RUNS:
-        ends = list(starts[1:]) + [len(rule)]
-        for i, j in zip(starts.tolist() if len(rule) else (), ends):
-            _, _, nodes, weights = _GL_RULES[int(rule[i])]
-            g[i:j] = _node_sum(a[i:j], b[i:j], nodes, weights)
-    else:
-        for k in range(len(_GL_RULES)):
+    used = np.unique(rule)
+    for k in used.tolist():
+        _, _, nodes, weights = _GL_RULES[k]
+        if len(used) == 1:
+            g[:] = _node_sum(a, b, nodes, weights)
+        else:
             pick = np.flatnonzero(rule == k)
-            if len(pick):
-                _, _, nodes, weights = _GL_RULES[k]
-                g[pick] = _node_sum(a[pick], b[pick], nodes, weights)
+            g[pick] = _node_sum(a[pick], b[pick], nodes, weights)
     m = np.maximum(half * _INV_SQRT_2PI * phi * g, 0.0)
     # the midpoint's error moves phi by (|mid| + dmid) dmid relative; the exponent's
     # low part: its rounding (2u), the dropped q_lo^2 and the first-order exp (lo2^2)

@@ -209,3 +209,26 @@ def test_small_q_leaf_meets_its_tolerance():
     assert np.all(err <= tolerance)
     assert np.all(np.isfinite(z)) and np.all(z >= 0.0)
     assert z.sum(axis=1) == pytest.approx(rows.sum(axis=1) ** 2, rel=1e-12)
+
+
+def test_twelve_part_splits_are_certified_and_tighter_than_eight(monkeypatch):
+    """A zero tolerance asks for every part there is: a long thin tail is split into
+    12 parts, the product holds against exact integer arithmetic, and its certified
+    error is below what 8 parts (the limit before) certify."""
+    import pb_accountant.convolution as conv
+    x = leaf_like(4000, 1e-5)
+    used = []
+    real = conv._split_plan
+
+    def spy(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        used.append(plan[1])
+        return plan
+
+    monkeypatch.setattr(conv, "_split_plan", spy)
+    z, err = convolve_rows(x[None, :], None, 0.0)
+    assert used == [12]
+    assert exact_excess(z[0], x, x) <= Fraction(float(err[0]))
+    monkeypatch.setattr(conv, "_MAX_PARTS", 8)
+    _, err8 = convolve_rows(x[None, :], None, 0.0)
+    assert used[-1] == 8 and err[0] < err8[0]

@@ -1,5 +1,7 @@
 """Closed-form bucket masses: accuracy against mpmath, mass conservation, validation."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,31 @@ def test_gauss_legendre_truncation_limits(rule):
         return min(at(mpmath.mpf(10) ** (k / 100)) for k in range(-100, 300))
 
     assert bound(mpmath.mpf(limit) / mpmath.mpf("0.9")) <= mpmath.mpf(2) ** -53 / 16
+
+
+@pytest.mark.parametrize("rule", _GL_RULES, ids=lambda r: f"{r[0]}-nodes")
+@pytest.mark.parametrize("mid", [0.3, 5.0, 20.0])
+def test_each_quadrature_rule_brackets_the_exact_mass(monkeypatch, rule, mid):
+    """An interval just inside each rule's limit (where its truncation is largest) is
+    integrated by that rule, and the certified error covers the 60-digit mass."""
+    need_mpmath()
+    import pb_accountant.mechanisms as mech
+    n, limit = rule[0], rule[1]
+    # s = h (|m| + h) in z units; the 12-node rule's limit lies beyond the narrow
+    # intervals (2h (|m| + 3h) < 1), so it is tried at 0.2, still beyond the 8-node one
+    s = 0.99 * limit if n < 12 else 0.2
+    h = (-mid + math.sqrt(mid * mid + 4.0 * s)) / 2.0
+    assert 2.0 * h * (mid + 3.0 * h) < 1.0          # narrow: integrated by quadrature
+    used = []
+    real = mech._node_sum
+    monkeypatch.setattr(mech, "_node_sum",
+                        lambda a, b, nodes, w: used.append(len(nodes)) or real(a, b, nodes, w))
+    x = np.array([mid - h, mid + h])
+    v, e = normal_x_interval_mass(x, 0.0, 1.0)
+    assert used == [n]
+    exact = mp_mass(mpmath.mpf(x[0]), mpmath.mpf(x[1]))
+    assert abs(mpmath.mpf(float(v[0])) - exact) <= mpmath.mpf(float(e[0]))
+    assert float(e[0]) <= 1e-13 * float(exact)
 
 
 PAIRS = [SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.5, 0.3), SubsampledGaussian(2.0, 1.0),
