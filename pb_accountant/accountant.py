@@ -30,7 +30,8 @@ import numpy as np
 from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, check_epsilons,
                           check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
-from .engine import PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds
+from .engine import (PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds,
+                     upper_only)
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 from .samplers import (Assumptions, SampledPairs, available_samplers, bracket_lower_delta,
@@ -341,7 +342,7 @@ class PrivacyBucketsAccountant:
                 result = adaptive_epsilon_bounds(self._composer, list(sp.upper), delta,
                                                  symmetric=sp.symmetric)
                 if not lower:
-                    result = dataclasses.replace(result, lower=0.0)
+                    result = upper_only(result)
             else:
                 engine = PrivacyBuckets(self._composer.compose(list(sp.upper), delta, ("split",)),
                                         delta)

@@ -310,17 +310,24 @@ def _level_products(spectra, k: int, same: bool):
     fx = spectra[:k]
     fy = fx if same else spectra[k:]
     levels = k - 1
-    products = np.zeros((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
+    products = np.empty((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
+    started = [False] * (levels + 1)
     pair = np.empty(spectra.shape[1:], dtype=spectra.dtype)
     for i in range(k):
         for j in range(k):
             if same and j < i:
                 continue
-            np.multiply(fx[i], fy[j], out=pair)
-            if same and i != j:
-                pair *= 2.0
             l = i + j
-            products[l if (l < levels and i < k - 1 and j < k - 1) else levels] += pair
+            slot = l if (l < levels and i < k - 1 and j < k - 1) else levels
+            # a sum's first term is written, not added to zeros: 0 + p = p but for the
+            # sign of a zero, which no output reads (the same bits as adding)
+            target = pair if started[slot] else products[slot]
+            np.multiply(fx[i], fy[j], out=target)
+            if same and i != j:
+                target *= 2.0
+            if started[slot]:
+                products[slot] += pair
+            started[slot] = True
     return products
 
 

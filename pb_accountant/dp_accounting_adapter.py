@@ -42,7 +42,7 @@ from dp_accounting import privacy_accountant
 from ._validation import check_array, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant, step_pair
 from .composition import canonical_history
-from .engine import PrivacyBuckets, adaptive_epsilon_bounds
+from .engine import PrivacyBuckets, adaptive_epsilon_bounds, upper_only
 from .mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair
 from .results import DeltaBounds, EpsilonBounds
 from .subsampled_laplace import SubsampledLaplace
@@ -291,7 +291,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             # both bounds even for the upper one alone: the grid is refined where their
             # bracket is wide, and get_epsilon must equal get_epsilon_bounds().upper
             result = adaptive_epsilon_bounds(composer, pairs, delta)
-            return self._tagged(result if lower else dataclasses.replace(result, lower=0.0))
+            return self._tagged(result if lower else upper_only(result))
         except ENGINE_LIMITS as exc:
             reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
                       "the upper bound inf is valid but uninformative")

@@ -282,7 +282,8 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     ``composer``'s and MAX_PASSES grids, but not where no leaf grid would get finer
     (``_refines_no_leaf``); the best bounds of all are kept (each is certified).  The
     decisions depend on the history and delta alone, so every query of the same
-    history gets the same answer.
+    history gets the same answer.  A bracket left wider than TARGET_WIDTH carries a
+    note saying why refinement stopped (``EpsilonBounds.notes``).
     ``symmetric``: the pairs are their own mirrors (the B||A groups repeat the A||B ones).
     """
     delta = check_delta(delta)
@@ -297,18 +298,55 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
         level = 0
         best = _best_of(best, _two_sided_bounds(composer, history, delta, symmetric))
         passes += 1
+    stop = None                    # why refinement stopped short of the target width
     for _ in range(MAX_PASSES - passes):
         # (the cap is on the level reached: from a coarse start a query may go straight
         # to MAX_REFINEMENT instead of through a level its width already rules out)
+        if level >= MAX_REFINEMENT:
+            stop = f"its grids are the finest allowed ({MAX_REFINEMENT} halvings)"
+            break
         halvings = refinement_level(best, TARGET_WIDTH, MAX_REFINEMENT - level)
-        if halvings == 0 or level >= MAX_REFINEMENT:
+        if halvings == 0:
             break
         finer = composer.refined(min(level + halvings, MAX_REFINEMENT))
-        if finer is None or _refines_no_leaf(composer.refined(level), finer, history, delta):
+        if finer is None:
+            stop = "its grid is fixed by number_of_buckets or factor"
+            break
+        current = composer.refined(level)
+        if _refines_no_leaf(current, finer, history, delta):
+            stop = (f"every leaf grid is at the bucket cap ({current.options.max_buckets} "
+                    "buckets: a long, thin tail, as at small sampling rates), so the next "
+                    "level would refine the final grid alone")
             break
         level = min(level + halvings, MAX_REFINEMENT)
         best = _best_of(best, _two_sided_bounds(finer, history, delta, symmetric))
-    return best
+    else:
+        stop = (f"its grids are the finest allowed ({MAX_REFINEMENT} halvings)"
+                if level >= MAX_REFINEMENT else
+                f"it has computed the most grids a query may ({MAX_PASSES})")
+    return _with_width_note(best, stop)
+
+
+#: how the note on a bracket left wider than TARGET_WIDTH begins (``_with_width_note``)
+WIDTH_NOTE = "the relative width"
+
+
+def _with_width_note(bounds: EpsilonBounds, stop: Optional[str]) -> EpsilonBounds:
+    """``bounds`` with a note saying why its bracket is wider than TARGET_WIDTH, where it
+    is (both bounds finite and positive) and refinement stopped for ``stop``."""
+    if (stop is None or not (bounds.lower > 0.0 and math.isfinite(bounds.upper))
+            or bounds.width <= TARGET_WIDTH):
+        return bounds
+    note = (f"{WIDTH_NOTE} {bounds.width:.1e} is above the {TARGET_WIDTH:g} the engine "
+            f"aims for: the query stopped refining because {stop}")
+    return dataclasses.replace(bounds, notes=bounds.notes + (note,))
+
+
+def upper_only(bounds: EpsilonBounds) -> EpsilonBounds:
+    """``bounds`` as a query for the upper bound alone answers it: lower 0, and no
+    note about a width it no longer reports."""
+    return dataclasses.replace(bounds, lower=0.0, notes=tuple(
+        n for n in bounds.notes if not n.startswith(WIDTH_NOTE)))
 
 
 def _refines_no_leaf(current: Composer, finer: Composer, history, delta: float) -> bool:

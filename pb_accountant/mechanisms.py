@@ -276,9 +276,12 @@ def _narrow_masses(l, h, mean: float, scale: float):
     if np.any(size > _GL_RULES[-1][1]):
         raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
     g = np.empty(len(l))
-    # the fewest nodes whose limit holds (sizes beyond every limit were refused above)
-    rule = np.minimum(np.searchsorted(_GL_LIMITS, size), len(_GL_LIMITS) - 1)
-    used = np.unique(rule)
+    # the fewest nodes whose limit holds (sizes beyond every limit were refused above):
+    # the number of limits below each size, by comparisons (cheaper than searchsorted)
+    rule = (size > _GL_LIMITS[0]).view(np.int8).astype(np.intp)
+    for limit in _GL_LIMITS[1:-1].tolist():
+        rule += size > limit
+    used = np.flatnonzero(np.bincount(rule, minlength=len(_GL_LIMITS)))
     for k in used.tolist():
         _, _, nodes, weights = _GL_RULES[k]
         if len(used) == 1:

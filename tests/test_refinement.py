@@ -282,3 +282,73 @@ def test_a_long_run_with_a_capped_leaf_gets_tighter():
                               False)
     assert max(first.lower, b.lower) <= min(first.upper, b.upper)
     assert _width(first) > 2.5 * _width(b)
+
+
+def _note(bounds):
+    """The width note of a bracket (None without one)."""
+    notes = [n for n in bounds.notes if n.startswith("the relative width")]
+    assert len(notes) <= 1
+    return notes[0] if notes else None
+
+
+def test_a_bracket_left_wide_says_why(monkeypatch):
+    """Scripted widths that stay above the target: the answer notes its width and the
+    reason refinement stopped (the finest level, leaves at the bucket cap, the most
+    passes); a bracket that meets the target, or an infinite upper bound (which has its
+    own note), gets none."""
+    from pb_accountant import engine
+    history = [(SubsampledGaussian(1.0, 0.01), 100)]
+
+    def run(width_at, composer=None, h=history, d=1e-5):
+        seen = _scripted_passes(monkeypatch, width_at)
+        return seen, engine.adaptive_epsilon_bounds(composer or Composer(), h, d)
+
+    # levels 0, then 2 (20x the target asks for three halvings, capped at 2): still wide
+    seen, best = run(lambda level: 20 * TARGET_WIDTH / 4.0 ** level)
+    assert seen == [0, engine.MAX_REFINEMENT] and _width(best) > TARGET_WIDTH
+    assert f"{_width(best):.1e}" in _note(best) and "finest allowed" in _note(best)
+    # met on level 1: no note
+    seen, best = run(lambda level: 2 * TARGET_WIDTH / 4.0 ** level)
+    assert seen == [0, 1] and _note(best) is None
+    # leaves at the cap: AT_CAP's real grids on levels 1 and 2
+    widths = {engine.COARSE_LEVEL: 40 * TARGET_WIDTH, 1: 2 * TARGET_WIDTH}
+    seen, best = run(widths.__getitem__, h=AT_CAP, d=AT_CAP_DELTA)
+    assert seen == [engine.COARSE_LEVEL, 1] and "bucket cap" in _note(best)
+    # a coarse start without an upper bound, then two more passes that stop short of
+    # the finest level (level 1 asks for no more than one halving): the most grids
+    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    seen, best = run(lambda level: None if level < 0 else 3 * TARGET_WIDTH)
+    assert seen == [engine.COARSE_LEVEL, 0, 1] and "most grids" in _note(best)
+    # ... and when the last of them is the finest level, that is the reason given
+    seen, best = run(lambda level: None if level < 0 else 20 * TARGET_WIDTH)
+    assert seen == [engine.COARSE_LEVEL, 0, 2] and "finest allowed" in _note(best)
+    monkeypatch.undo()
+    # an infinite upper bound throughout, or a lower bound of 0: no width to speak of
+    # (an infinite bound has its own note)
+    assert _note(run(lambda level: None)[1]) is None
+    monkeypatch.setattr(engine, "_two_sided_bounds",
+                        lambda c, h, d, s: engine.EpsilonBounds(d, 0.0, 0.5))
+    assert _note(engine.adaptive_epsilon_bounds(Composer(), history, 1e-5)) is None
+    monkeypatch.undo()
+    # a grid fixed by the options is not refined
+    fixed = Composer(BucketOptions(number_of_buckets=1000))
+    seen, best = run(lambda level: 3 * TARGET_WIDTH, fixed)
+    assert seen == [0] and "fixed by number_of_buckets" in _note(best)
+
+
+def test_a_real_capped_run_notes_its_width():
+    """10^7 steps at sigma 0.6, q 1e-5 (issue 12's small-q corner): one step's loss has
+    a spread near 4e-5 and a tail past 3, and even the finest level's leaf is far
+    coarser than that spread asks for; the bracket is certified but about 2.6% wide, and
+    the answer says so."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(0.6, 1e-5, 10 ** 7)]
+    b = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 < b.lower <= b.upper < math.inf
+    assert _width(b) > 10 * TARGET_WIDTH and "finest allowed" in _note(b)
+    # a query for the upper bound alone reports no width, and no note about one
+    alone = acc.epsilon_after(1e-5, noise_multiplier=0.6, sample_rate=1e-5, num_steps=0)
+    assert alone.upper == b.upper and alone.lower == 0.0 and _note(alone) is None
+    typical = PrivacyBucketsAccountant()
+    typical.history = [(1.1, 0.01, 1000)]
+    assert _note(typical.get_epsilon_bounds(1e-5)) is None
