@@ -46,24 +46,20 @@ def interval_masses(cuts, sigma, q):
 
 
 def split_leaf(points, spacing, k0, size, sigma, q):
-    """A and B rows on the fine grid (index k - k0) from intervals cut at ``points``
-    (grid indices), each interval's masses split onto its two end points."""
+    """The A row on the fine grid (index k - k0) from intervals cut at ``points`` (grid
+    indices), each interval's masses split onto its two end points (its B row is
+    e^{-t} A by construction), and the A-mass above the grid (distinguishing)."""
     t = points * spacing
     a, b = interval_masses(t, sigma, q)
-    A, B = np.zeros(size), np.zeros(size)
+    A = np.zeros(size)
     idx = points - k0
     A[idx[0]] += a[0]
-    B[idx[0]] += b[0]
-    width = np.diff(t)
-    f = np.exp(width)
+    f = np.exp(np.diff(t))
     ai, bi = a[1:-1], b[1:-1]
     beta = np.clip((ai * f - bi * np.exp(t[1:])) / (f - 1.0), 0.0, ai)
-    alpha = ai - beta
-    np.add.at(A, idx[:-1], alpha)
+    np.add.at(A, idx[:-1], ai - beta)
     np.add.at(A, idx[1:], beta)
-    np.add.at(B, idx[:-1], alpha * np.exp(-t[:-1]))
-    np.add.at(B, idx[1:], beta * np.exp(-t[1:]))
-    return A, B, a[-1]          # a[-1]: A-mass above the grid, counted as distinguishing
+    return A, a[-1]
 
 
 def epsilon(A, a_inf, steps, delta, spacing, k0, theta):
@@ -140,25 +136,25 @@ def main(argv=None):
     ks = np.arange(k0, math.ceil(args.reach / d) + 1)
     k_tau = math.ceil(args.tau / d)
     coarse = ks[(ks <= k_tau) | ((ks - k_tau) % args.merge == 0) | (ks == ks[-1])]
-    out = {}
+    out, leaf = {}, {}
     for name, points in (("fine", ks), ("coarse", coarse)):
-        A, _, a_inf = split_leaf(points, d, k0, len(ks), args.sigma, args.q)
+        A, a_inf = split_leaf(points, d, k0, len(ks), args.sigma, args.q)
         # the tilt from an untilted first estimate, then twice from the tilted one
-        theta, guess = 0.0, None
+        theta = 0.0
         for _ in range(3):
             guess, noise = epsilon(A, a_inf, args.steps, args.delta, d, k0, theta)
             if not 0 < guess < math.inf:
                 break
             theta = saddle_tilt(A, args.steps, d, k0, guess)
         out[name], noise = epsilon(A, a_inf, args.steps, args.delta, d, k0, theta)
+        leaf[name] = A, theta
         print(f"{name:6s} leaf points {len(points):6d}  epsilon estimate (uncertified) "
               f"{out[name]:.8f}  tilt {theta:.2f}  relative round-off ~{noise:.1e}")
     if 0 < out["fine"] < math.inf:
         print(f"relative change {(out['coarse'] - out['fine']) / out['fine']:.2e}")
         # a candidate predictor: the expected number of steps above tau among the events
         # that decide delta (the saddle-point tilt), times the tail spacing, over epsilon
-        A = split_leaf(ks, d, k0, len(ks), args.sigma, args.q)[0]
-        theta = saddle_tilt(A, args.steps, d, k0, out["fine"])
+        A, theta = leaf["fine"]
         w = A * np.exp(theta * (ks - ks.max()) * d)
         coarse_steps = args.steps * w[ks > k_tau].sum() / w.sum()
         print(f"tilted steps above tau {coarse_steps:.3g}; times the tail spacing over "
