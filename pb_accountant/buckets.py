@@ -605,8 +605,8 @@ class GroupedBuckets(BucketRepresentation):
 
     Rows, by direction: "ab" (A||B) keeps A and C = B f^i, "ba" (B||A) keeps B and
     D = A f^{-i}.  The label i of a group is only a name: the bound reads each group's
-    exact masses (A_g, B_g = C_g f^{-i}).  Leaves label events by the nearest grid point
-    and every restriction re-centres the kept window on the split pair's mean, so labels
+    exact masses (A_g, B_g = C_g f^{-i}).  Leaves label the events of each grid interval
+    by its upper end (the split pair's masses, ``from_masses``) and every restriction re-centres the kept window on the split pair's mean, so labels
     do not drift out of range however many steps are composed.  Events with loss +inf
     (-inf) form one more group each, kept as a scalar mass.
     """
@@ -721,26 +721,33 @@ class GroupedBuckets(BucketRepresentation):
         return tuple(k for d in self.directions for k in _ROW_KINDS[d])
 
     @classmethod
-    def leaves(cls, pair, grid: Grid, methods=("grouped",)) -> Tuple["GroupedBuckets", ...]:
-        """Groups labelled by the nearest grid point, for the directions in ``methods``
-        ("grouped": both; "grouped-ab" / "grouped-ba": one)."""
+    def leaves(cls, pair, grid: Grid, methods=("grouped",),
+               split_masses=None) -> Tuple["GroupedBuckets", ...]:
+        """The leaf groups of ``pair`` for the directions in ``methods`` ("grouped": both;
+        "grouped-ab" / "grouped-ba": one).
+
+        A pair without atoms at finite losses is grouped by the grid intervals
+        (t_{i-1}, t_i], each labelled by its upper end: the masses the split pair reads
+        (``split_masses``, ``leaf_masses`` on the grid points, computed here if not
+        given), so one computation serves both.  A pair with such atoms (randomized
+        response, Laplace's capped loss) is grouped around the grid points instead
+        (labels: the nearest point): an atom's label then misses its loss by at most
+        half a spacing either way, where the interval's upper end would miss the atoms
+        of the two signs by different amounts, and composed labels would drift from the
+        losses in proportion to how many steps took each atom (the bound's label cap
+        then cuts the groups that decide delta; docs/method.md §6)."""
         directions = grouped_directions(methods)
         if not directions:
             return ()
-        cuts = cls.leaf_grid_points(grid)
-        a, b, ea, eb, sh = leaf_masses(pair, cuts, grid.log_factor)
-        return (cls.from_masses(grid, a, b, ea, eb, infinities=pair.infinity_masses(),
-                                directions=directions, shift=sh),)
-
-    @classmethod
-    def leaves_by_direction(cls, pair, grid: Grid, directions) -> Dict[str, "GroupedBuckets"]:
-        """The one-direction leaves ``leaves(pair, grid, ("grouped-" + d,))`` for each d
-        in ``directions``, the masses computed once: every row's numbers depend on that
-        row alone, so they are those of separate calls."""
-        if len(directions) < 2:
-            return {d: cls.leaves(pair, grid, ("grouped-" + d,))[0] for d in directions}
-        both = cls.leaves(pair, grid, ("grouped",))[0]
-        return {d: both.one_direction(d) for d in directions}
+        infinities = pair.infinity_masses()
+        if pair.has_loss_atoms():
+            masses = leaf_masses(pair, cls.leaf_grid_points(grid), grid.log_factor)
+            return (cls.from_masses(grid, *masses, infinities=infinities,
+                                    directions=directions, labels="nearest"),)
+        if split_masses is None:
+            split_masses = leaf_masses(pair, grid.losses, grid.log_factor)
+        return (cls.from_masses(grid, *split_masses, infinities=infinities,
+                                directions=directions, labels="upper"),)
 
     def one_direction(self, direction: str) -> "GroupedBuckets":
         """The rows and the infinity group of one of the directions held."""
@@ -764,34 +771,62 @@ class GroupedBuckets(BucketRepresentation):
         return (np.arange(-n + 1, n + 1, dtype=float) + grid.offset - 0.5) * grid.log_factor
 
     @staticmethod
-    def from_masses(grid: Grid, a, b, ea, eb, infinities=(0.0, 0.0),
-                    directions: Tuple[str, ...] = ("ab", "ba"), shift=None) -> "GroupedBuckets":
-        """From masses on the K+1 = 2n+1 intervals cut by ``leaf_grid_points``;
+    def from_masses(grid: Grid, a, b, ea, eb, shift=None, infinities=(0.0, 0.0),
+                    directions: Tuple[str, ...] = ("ab", "ba"),
+                    labels: str = "upper") -> "GroupedBuckets":
+        """Groups from leaf masses (a, b with absolute error bounds ea, eb) on one of two
+        sets of cut points, each cut displaced by at most ``shift`` (in loss, the end
+        points' round-off; see ``SplitBuckets.from_masses``):
+
+        * ``labels="upper"``: the grid points (K + 1 buckets for K points: bucket i the
+          events with loss in (t_{i-1}, t_i], bucket 0 those at or below t_0, bucket K
+          those above t_{K-1}), as the split pair reads them.  Group i is bucket i,
+          labelled t_i; the last group also takes bucket K.
+        * ``labels="nearest"``: ``leaf_grid_points`` (K buckets): group i holds the
+          events nearest t_i.
+
         ``infinities`` = (A-mass at loss +inf, B-mass at loss -inf) become their own
-        groups (they would otherwise be dropped with the range under composition).
-        Any partition of the events into groups gives a valid lower bound, so cut points
-        displaced by ``shift`` (their round-off, in loss) only enter the bounds used for
-        underflowed masses below."""
+        groups (they would otherwise be dropped with the range under composition).  Any
+        partition of the events into groups gives a valid lower bound, so the
+        displacements only enter the bounds used for underflowed masses below."""
         t = grid.losses
-        a = a.copy()
-        b = b.copy()
+        K = grid.size
+        d = grid.log_factor
         a_inf, b_minf = infinities
-        a[-1] = max(a[-1] - a_inf, 0.0)
+        if labels == "upper":
+            # the last group takes buckets K - 1 and K: their errors plus the rounding of
+            # the sum (u times the group's mass)
+            a_top, b_top = max(a[K] - a_inf, 0.0), b[K]
+            ea_top, eb_top = ea[K], eb[K]
+            a, b, ea, eb = a[:K].copy(), b[:K].copy(), ea[:K].copy(), eb[:K].copy()
+            a[-1] += a_top
+            b[-1] += b_top
+            ea[-1] = (ea[-1] + ea_top + _U * a[-1]) * (1.0 + 1e-9)
+            eb[-1] = (eb[-1] + eb_top + _U * b[-1]) * (1.0 + 1e-9)
+            cut_shift = np.zeros(K - 1) if shift is None else np.asarray(shift, float)[:-1]
+            # group i lies above t_i - d and at or below t_i (its cuts t_{i-1}, t_i)
+            below, above = d, 0.0
+        elif labels == "nearest":
+            a, b = a.copy(), b.copy()
+            a[-1] = max(a[-1] - a_inf, 0.0)
+            cut_shift = np.zeros(K - 1) if shift is None else np.asarray(shift, dtype=float)
+            below = above = 0.5 * d         # group i lies within d/2 of t_i
+        else:
+            raise ValueError(f"labels must be 'upper' or 'nearest', got {labels!r}")
         b[0] = max(b[0] - b_minf, 0.0)
         et = np.exp(t)
         C, D = b * et, a / et
         # a mass below the normal range may have underflowed (lost to the relative
         # error model), and e^{+-t} would scale that loss up to 1e-4: there, use the
-        # certified upper bounds C <= (A + e_A) e^{d/2} (events above t - d/2) and
-        # D <= (B + e_B) e^{d/2} (events below t + d/2); larger B-masses only lower
-        # the lower bound
-        # group i lies above the cut t_i - d/2 and below the cut t_i + d/2; cut c
-        # (between t_c and t_{c+1}) is displaced by at most shift[c]
-        sh = np.zeros(len(t) - 1) if shift is None else np.asarray(shift, dtype=float)
-        half = np.exp(0.5 * grid.log_factor + sh) * (1 + 4 * _U)
+        # certified upper bounds C <= (A + e_A) e^{below + s} (group i > 0 holds events
+        # above t_i - below - s, s the displacement of its lower cut) and
+        # D <= (B + e_B) e^{above + s} (group i < K - 1: at or below t_i + above + s);
+        # larger B-masses only lower the lower bound
+        factor_c = np.exp(below + cut_shift) * (1 + 4 * _U)
+        factor_d = factor_c if above == below else np.exp(above + cut_shift) * (1 + 4 * _U)
         tiny = 1e-290
-        C[1:] = np.where(b[1:] < tiny, np.maximum(C[1:], (a[1:] + ea[1:]) * half), C[1:])
-        D[:-1] = np.where(a[:-1] < tiny, np.maximum(D[:-1], (b[:-1] + eb[:-1]) * half),
+        C[1:] = np.where(b[1:] < tiny, np.maximum(C[1:], (a[1:] + ea[1:]) * factor_c), C[1:])
+        D[:-1] = np.where(a[:-1] < tiny, np.maximum(D[:-1], (b[:-1] + eb[:-1]) * factor_d),
                           D[:-1])
         eb_c = np.where(b < tiny, 0.0, eb)
         ea_d = np.where(a < tiny, 0.0, ea)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ._validation import check_count, check_real
 from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
+                      leaf_masses,
                       grouped_directions)  # noqa: F401  (grouped_directions re-exported)
 from .convolution import convolve_rows
 from .mechanisms import MechanismPair
@@ -762,31 +763,35 @@ class Composer:
         return grid
 
     def _leaf(self, reps, pair, cfg):
-        """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order); the
-        grouped directions asked for together share one computation of their masses."""
+        """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order).  The
+        split pair and the groups of a pair without loss atoms read the same masses
+        (``leaf_masses`` on the leaf grid's points, ``GroupedBuckets.leaves``), computed
+        once for all the leaves one call makes."""
         out = []
-        grouped: dict = {}
+        computed: dict = {}       # the split pair's masses, by leaf grid
+
+        def shared(grid):
+            key = (grid.log_factor, grid.number_of_buckets, grid.offset)
+            if key not in computed:
+                computed[key] = leaf_masses(pair, grid.losses, grid.log_factor)
+            return computed[key]
+
         for rep in reps:
             key = (rep, "leaf", pair, cfg)
             value = self._cached(key)
             if value is None:
                 if rep == "split":
                     grid = self._leaf_grid(pair, cfg)
-                    value = (BucketSet.leaf(pair, grid, frozenset({"split"})), None)
+                    split = SplitBuckets.from_masses(grid, *shared(grid))
+                    value = (BucketSet(grid, (("split", (split,)),)), None)
                 elif isinstance(rep, tuple):
                     methods = rep[1]
                     value = BucketSet.leaf(pair, self._leaf_grid(pair, cfg, _leaf_cap(methods)),
                                            methods)
                 else:
-                    if rep not in grouped:
-                        grid = self._leaf(("split",), pair, cfg)[0][0].grid
-                        wanted = tuple(r for r in reps if isinstance(r, str)
-                                       and r.startswith("grouped-")
-                                       and (r, "leaf", pair, cfg) not in self._values)
-                        made = GroupedBuckets.leaves_by_direction(
-                            pair, grid, tuple(r[len("grouped-"):] for r in wanted))
-                        grouped.update((f"grouped-{d}", v) for d, v in made.items())
-                    value = grouped[rep]
+                    grid = self._leaf(("split",), pair, cfg)[0][0].grid
+                    masses = None if pair.has_loss_atoms() else shared(grid)
+                    value = GroupedBuckets.leaves(pair, grid, (rep,), split_masses=masses)[0]
                 self._remember(key, value)
             out.append(value)
         return tuple(out)

@@ -623,6 +623,15 @@ class MechanismPair:
         import dataclasses
         return dataclasses.replace(self, swapped=not self.swapped)
 
+    def has_loss_atoms(self) -> bool:
+        """True where some finite loss value has positive probability (randomized
+        response, Laplace's capped loss): the grouped leaf then groups events around the
+        grid points (``GroupedBuckets.leaves``)."""
+        losses, a, b = self._atoms()
+        losses = np.asarray(losses, dtype=float)
+        return bool(np.any(np.isfinite(losses)
+                           & ((np.asarray(a, dtype=float) > 0) | (np.asarray(b, dtype=float) > 0))))
+
     def infinity_masses(self) -> Tuple[float, float]:
         """(A-mass with L = +inf, B-mass with L = -inf) in this orientation."""
         losses, a, b = self._atoms()

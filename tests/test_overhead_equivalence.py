@@ -12,7 +12,8 @@ import pytest
 from scipy import fft as sfft
 
 from pb_accountant import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
-from pb_accountant.buckets import GroupedBuckets, Grid, SplitBuckets
+from pb_accountant.buckets import GroupedBuckets, Grid, SplitBuckets, leaf_masses
+from pb_accountant.composition import Composer
 from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_into,
                                        _row_norms, _scaled, convolve_rows, fft_length)
 from pb_accountant.mechanisms import normal_x_interval_mass, normal_x_interval_masses
@@ -64,14 +65,41 @@ def test_end_points_with_the_inner_term_passed_in(q):
     assert same_bits(pair._inner(t), inner[0])
 
 
-@pytest.mark.parametrize("pair", [SubsampledGaussian(1.1, 0.01), Laplace(1.0),
+@pytest.mark.parametrize("pair", [SubsampledGaussian(1.1, 0.01), Gaussian(2.0),
+                                  SubsampledGaussian(0.8, 0.3).mirrored(), Laplace(1.0),
                                   RandomizedResponse(0.75)], ids=repr)
-def test_grouped_directions_built_together(pair):
+def test_groups_are_the_split_pairs_buckets_or_nearest_for_atoms(pair):
+    """Without loss atoms the grouped leaf reads the split pair's masses: group i is
+    bucket i (loss in (t_{i-1}, t_i]), the last group also the top corner.  With atoms
+    (Laplace's capped loss, randomized response) group i holds the events nearest t_i.
+    The infinite losses are their own groups; one direction alone has the bits of that
+    direction of both."""
     grid = Grid(2.0 ** -7, 510, 3)
-    made = GroupedBuckets.leaves_by_direction(pair, grid, ("ab", "ba"))
+    K = grid.size
+    a_inf, b_minf = pair.infinity_masses()
+    both = GroupedBuckets.leaves(pair, grid, ("grouped",))[0]
+    if pair.has_loss_atoms():
+        a, b, ea, eb, _ = leaf_masses(pair, GroupedBuckets.leaf_grid_points(grid),
+                                      grid.log_factor)
+        assert len(a) == K
+        assert same_bits(both.row("A")[:-1], a[:-1])
+        assert both.row("A")[-1] == max(a[-1] - a_inf, 0.0)
+        assert same_bits(both.row("B")[1:], b[1:])
+    else:
+        a, b, ea, eb, _ = leaf_masses(pair, grid.losses, grid.log_factor)
+        assert len(a) == K + 1
+        assert same_bits(both.row("A")[:-1], a[:K - 1])
+        assert both.row("A")[-1] == a[K - 1] + max(a[K] - a_inf, 0.0)
+        assert same_bits(both.row("B")[1:-1], b[1:K - 1])
+        assert both.row("B")[-1] == b[K - 1] + b[K]
+        given = GroupedBuckets.leaves(pair, grid, ("grouped",),
+                                      split_masses=(a, b, ea, eb, _))[0]
+        assert same_bits(given.rows, both.rows) and same_bits(given.error, both.error)
+    assert both.row("B")[0] == max(b[0] - b_minf, 0.0)
+    assert (both.a_inf, both.b_minf) == (a_inf, b_minf)
     for d in ("ab", "ba"):
         alone = GroupedBuckets.leaves(pair, grid, ("grouped-" + d,))[0]
-        got = made[d]
+        got = both.one_direction(d)
         assert got.directions == alone.directions == (d,)
         for field in ("rows", "error", "relative", "log_scale"):
             assert same_bits(getattr(got, field), getattr(alone, field)), field
@@ -79,6 +107,29 @@ def test_grouped_directions_built_together(pair):
         assert got.compositions == alone.compositions
     with pytest.raises(ValueError, match="direction"):
         GroupedBuckets.leaves(pair, grid, ("grouped-ab",))[0].one_direction("ba")
+
+
+def test_loss_atoms_are_told_apart():
+    assert not SubsampledGaussian(1.0, 0.01).has_loss_atoms()
+    assert not Gaussian(1.0).has_loss_atoms()
+    assert Laplace(1.0).has_loss_atoms()
+    assert RandomizedResponse(0.6).has_loss_atoms()
+
+
+def test_a_query_computes_each_leafs_masses_once(monkeypatch):
+    """The split pair and the A||B groups of one composition share their leaf masses."""
+    import pb_accountant.composition as composition
+    calls = []
+    real = composition.leaf_masses
+
+    def counting(pair, cuts, spacing):
+        calls.append(pair)
+        return real(pair, cuts, spacing)
+
+    monkeypatch.setattr(composition, "leaf_masses", counting)
+    history = [(SubsampledGaussian(1.0 + 0.1 * i, 0.01), 50) for i in range(4)]
+    Composer().compose(history, 1e-5, ("split", "grouped-ab"))
+    assert sorted(calls, key=repr) == sorted((p for p, _ in history), key=repr)
 
 
 def test_grid_arrays_are_the_formula_and_read_only():
