@@ -337,7 +337,8 @@ class BucketSet:
             # (large ones decide the finer split per representation instead)
             rows = np.vstack([x.rows for x, _ in batched])
             z, err = convolve_rows(rows, None if same else
-                                   np.vstack([y.rows for _, y in batched]), t)
+                                   np.vstack([y.rows for _, y in batched]),
+                                   np.concatenate([x.row_tolerance(y, t) for x, y in batched]))
             start = 0
             for x, y in batched:
                 k = len(x.rows)

@@ -60,6 +60,12 @@ class BucketRepresentation(abc.ABC):
         """T1 x T2 with all 4n+1 indices kept (no corner rules yet); ``tolerance``:
         FFT round-off worth a finer split (pb_accountant/convolution.py)."""
 
+    def row_tolerance(self, other, tolerance: float) -> np.ndarray:
+        """``tolerance`` (round-off worth a finer split, in mass units) for each stored
+        row of the product with ``other``, in the units the rows are stored in (here:
+        the masses themselves)."""
+        return np.full(len(self.rows), float(tolerance))
+
     @abc.abstractmethod
     def from_product(self, other, z: np.ndarray, fft_err: np.ndarray):
         """The full product given the convolved rows ``z`` of ``self.rows`` and

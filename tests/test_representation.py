@@ -155,3 +155,25 @@ def test_a_new_representation_needs_only_a_registry_entry(monkeypatch):
     assert np.array_equal(pb.delta_upper([0.5, 1.0], "twin"), pb.delta_upper([0.5, 1.0], "split"))
     with pytest.raises(ValueError, match="methods must be among"):
         compose(history, delta=1e-5, methods=("split", "nope"))
+
+
+def test_row_tolerance_is_in_the_units_rows_are_stored_in():
+    """A grouped C or D row stored above its true size (log-scales summing to s < 0)
+    has its tolerance raised to true units, e^{-s} times; rows that hold masses (the
+    split pair's) and rows stored below their true size keep it as given."""
+    from pb_accountant import SubsampledGaussian
+    from pb_accountant.buckets import GroupedBuckets, SplitBuckets
+    grid = Grid(2.0 ** -7, 510, 3)
+    pair = SubsampledGaussian(1.1, 0.01)
+    split = SplitBuckets.leaves(pair, grid)[0]
+    assert np.array_equal(split.row_tolerance(split, 1e-20), [1e-20, 1e-20])
+    g = GroupedBuckets.leaves(pair, grid, ("grouped-ab",))[0]
+    shifted = g._with(g.grid, g.rows, g.error, log_scale=np.array([0.0, -183.0]))
+    tol = shifted.row_tolerance(g, 1e-20)
+    assert tol[0] == 1e-20 and tol[1] == pytest.approx(1e-20 * math.exp(183.0), rel=1e-12)
+    assert np.array_equal(shifted.row_tolerance(shifted, 0.0), [0.0, 0.0])
+    # a row stored below its true size keeps the tolerance as given
+    raised = g._with(g.grid, g.rows, g.error, log_scale=np.array([0.0, 20.0]))
+    assert np.array_equal(raised.row_tolerance(g, 1e-20), [1e-20, 1e-20])
+    far = g._with(g.grid, g.rows, g.error, log_scale=np.array([0.0, -400.0]))
+    assert far.row_tolerance(far, 1e-20)[1] == math.inf      # no split is worth it
