@@ -606,8 +606,10 @@ class GroupedBuckets(BucketRepresentation):
     Rows, by direction: "ab" (A||B) keeps A and C = B f^i, "ba" (B||A) keeps B and
     D = A f^{-i}.  The label i of a group is only a name: the bound reads each group's
     exact masses (A_g, B_g = C_g f^{-i}).  Leaves label the events of each grid interval
-    by its upper end (the split pair's masses, ``from_masses``) and every restriction re-centres the kept window on the split pair's mean, so labels
-    do not drift out of range however many steps are composed.  Events with loss +inf
+    by its upper end (the split pair's masses), or, for pairs with loss atoms, by the
+    nearest grid point (``leaves``); every restriction re-centres the kept window on the
+    split pair's mean, so labels do not drift out of range however many steps are
+    composed.  Events with loss +inf
     (-inf) form one more group each, kept as a scalar mass.
     """
 
