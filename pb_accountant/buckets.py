@@ -337,9 +337,14 @@ class SplitBuckets(BucketRepresentation):
             object.__setattr__(self, "relative", np.zeros(len(self.rows)))
 
     @classmethod
-    def leaves(cls, pair, grid: Grid, methods=("split",)) -> Tuple["SplitBuckets", ...]:
-        """The split pair is always composed (it sizes the grid)."""
-        return (cls.from_masses(grid, *leaf_masses(pair, grid.losses, grid.log_factor)),)
+    def leaves(cls, pair, grid: Grid, methods=("split",),
+               masses=None) -> Tuple["SplitBuckets", ...]:
+        """The split pair is always composed (it sizes the grid); ``masses``:
+        ``leaf_masses`` on the grid points, if already computed (the groups read them
+        too, ``GroupedBuckets.leaves``)."""
+        if masses is None:
+            masses = leaf_masses(pair, grid.losses, grid.log_factor)
+        return (cls.from_masses(grid, *masses),)
 
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb, shift=None) -> "SplitBuckets":
@@ -742,7 +747,7 @@ class GroupedBuckets(BucketRepresentation):
         if not directions:
             return ()
         infinities = pair.infinity_masses()
-        if pair.has_loss_atoms():
+        if not GroupedBuckets.reads_split_masses(pair):
             masses = leaf_masses(pair, cls.leaf_grid_points(grid), grid.log_factor)
             return (cls.from_masses(grid, *masses, infinities=infinities,
                                     directions=directions, labels="nearest"),)
@@ -750,6 +755,11 @@ class GroupedBuckets(BucketRepresentation):
             split_masses = leaf_masses(pair, grid.losses, grid.log_factor)
         return (cls.from_masses(grid, *split_masses, infinities=infinities,
                                 directions=directions, labels="upper"),)
+
+    @staticmethod
+    def reads_split_masses(pair) -> bool:
+        """Whether ``leaves`` groups ``pair`` by the split pair's buckets (no loss atoms)."""
+        return not pair.has_loss_atoms()
 
     def one_direction(self, direction: str) -> "GroupedBuckets":
         """The rows and the infinity group of one of the directions held."""

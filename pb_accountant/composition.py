@@ -783,15 +783,15 @@ class Composer:
             if value is None:
                 if rep == "split":
                     grid = self._leaf_grid(pair, cfg)
-                    split = SplitBuckets.from_masses(grid, *shared(grid))
-                    value = (BucketSet(grid, (("split", (split,)),)), None)
+                    split = SplitBuckets.leaves(pair, grid, masses=shared(grid))
+                    value = (BucketSet(grid, (("split", split),)), None)
                 elif isinstance(rep, tuple):
                     methods = rep[1]
                     value = BucketSet.leaf(pair, self._leaf_grid(pair, cfg, _leaf_cap(methods)),
                                            methods)
                 else:
                     grid = self._leaf(("split",), pair, cfg)[0][0].grid
-                    masses = None if pair.has_loss_atoms() else shared(grid)
+                    masses = shared(grid) if GroupedBuckets.reads_split_masses(pair) else None
                     value = GroupedBuckets.leaves(pair, grid, (rep,), split_masses=masses)[0]
                 self._remember(key, value)
             out.append(value)
