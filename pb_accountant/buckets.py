@@ -455,9 +455,13 @@ class SplitBuckets(BucketRepresentation):
         """Row errors; the A (B) error also covers ``a_inf`` (``b_minf``)."""
         return {"A": float(self.error[0]), "B": float(self.error[1])}
 
-    def infinity_mass(self) -> float:
+    def infinity_mass(self, direction: Optional[str] = None) -> float:
         """Mass every upper bound counts in full: the infinity bucket plus certified
-        round-off, the larger direction."""
+        round-off, of ``direction`` ("ab": a_inf, "ba": b_minf), or the larger one."""
+        if direction == "ab":
+            return self.a_inf + self.error[0]
+        if direction == "ba":
+            return self.b_minf + self.error[1]
         return max(self.a_inf + self.error[0], self.b_minf + self.error[1])
 
     def upper_curves(self) -> Dict[str, ThresholdSum]:
@@ -558,9 +562,10 @@ class SplitBuckets(BucketRepresentation):
         return SplitBuckets(new, out, self.a_inf, self.b_minf, self.error,
                             self.compositions, 0.0, _rounded_relative(self.relative))
 
-    def loss_moments(self):
-        """A-weighted mean and standard deviation of the loss (for grid choice)."""
-        A = self.rows[0]
+    def loss_moments(self, row: int = 0):
+        """Mean and standard deviation of the loss weighted by the A-row (0) or the
+        B-row (1) (for grid choice)."""
+        A = self.rows[row]
         t = self.grid.losses
         m = A.sum()
         if m <= 0:
@@ -577,9 +582,15 @@ class SplitBuckets(BucketRepresentation):
         m = w.sum()
         return _dot(w, self.grid.losses) / m if m > 0 else 0.0
 
-    def needed_window(self, tail: float) -> Tuple[float, float]:
+    def needed_window(self, tail: float, focus: Optional[str] = None) -> Tuple[float, float]:
         """Loss interval outside which the A-mass above and the B-mass below are each at
-        most ``tail`` (what folding into the infinity atoms may cost)."""
+        most ``tail`` (what folding into the infinity atoms may cost).
+
+        ``focus`` "ab" ("ba"): the interval outside which the A-mass (B-mass) above and
+        below are each at most ``tail``, for a composition that certifies that one
+        direction (``Composer.compose``).  Any window is sound (``restricted`` keeps
+        every mass); the other row then folds into its infinity atom or its edge, so its
+        direction's bound becomes trivial."""
         A, B = self.rows
         g = self.grid
         size = len(A)
@@ -589,8 +600,8 @@ class SplitBuckets(BucketRepresentation):
 
         # A-mass at indices >= i is from_top[size - 1 - i]; the last i where it exceeds
         # tail is the first such position of from_top (B likewise, from the bottom)
-        from_top = np.cumsum(A[::-1]) > tail
-        below = np.cumsum(B) > tail               # B-mass at indices <= i
+        from_top = np.cumsum((B if focus == "ba" else A)[::-1]) > tail
+        below = np.cumsum(A if focus == "ab" else B) > tail   # mass at indices <= i
         j = int(np.argmax(from_top))
         hi = loss(size - 1 - j) if from_top[j] else loss(size // 2)
         k = int(np.argmax(below))

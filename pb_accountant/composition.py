@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterator, Optional, Sequence, Tuple, Type
 
 import numpy as np
+from scipy import special
 
 from ._validation import check_count, check_real
 from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
@@ -239,10 +240,12 @@ class BucketSet:
         mean = (self.split.mean_loss(0), self.split.mean_loss(1)) if relabels else None
         return self._map(grid, lambda r: r.restricted(grid, mean))
 
-    def window(self, tail: float, cap: int, span=None) -> Tuple[int, int]:
+    def window(self, tail: float, cap: int, span=None,
+               focus: Optional[str] = None) -> Tuple[int, int]:
         """(n, centre): the buckets the loss range needs at tail mass ``tail``
-        (``span``: that range, if already known)."""
-        lo, hi = span if span is not None else self.split.needed_window(tail)
+        (``span``: that range, if already known; ``focus``: the direction certified,
+        ``SplitBuckets.needed_window``)."""
+        lo, hi = span if span is not None else self.split.needed_window(tail, focus)
         d = self.grid.log_factor
         n = buckets_for((hi - lo) / 2.0 + d, d, cap)
         centre = int(round((lo + hi) / 2.0 / d)) - self.grid.offset
@@ -462,9 +465,11 @@ class Plan:
 
 
 def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
-                  options: BucketOptions, memo=None) -> Tuple[BucketSet, Plan]:
+                  options: BucketOptions, memo=None,
+                  focus: Optional[str] = None) -> Tuple[BucketSet, Plan]:
     """``compose_sets`` for BucketSets of the split pair alone, with the plan that the
-    other representations follow (``follow_plan``)."""
+    other representations follow (``follow_plan``).  ``focus`` "ab" or "ba": the
+    windows and the spacing follow that direction's row alone (``Composer.compose``)."""
     if x.forms_exponentials or y.forms_exponentials:
         raise ValueError("compose_split composes the split pair alone")
     same = x is y
@@ -481,7 +486,8 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
                 y = x
                 continue
             s = x if ref == "x" else y
-            n_keep, centre = s.window(budget_per_step * s.compositions, options.max_buckets)
+            n_keep, centre = s.window(budget_per_step * s.compositions, options.max_buckets,
+                                      focus=focus)
             s = _record_restrict(s, n_keep, centre, xo if ref == "x" else yo)
             if ref == "x":
                 x = s
@@ -513,11 +519,11 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
     zo = []
     z = x.compose_full(y, same, tol)
     tail = budget_per_step * z.compositions
-    _, spread = z.split.loss_moments()
+    _, spread = z.split.loss_moments(1 if focus == "ba" else 0)
     while 2.0 * z.grid.log_factor <= options.resolution * spread:
         z = _record_square(z, zo)
     while True:
-        lo, hi = z.split.needed_window(tail)
+        lo, hi = z.split.needed_window(tail, focus)
         if not (hi - lo) / 2.0 / z.grid.log_factor + 3 > options.max_buckets:
             break
         z = _record_square(z, zo)
@@ -710,12 +716,43 @@ class Composer:
         grows with it."""
         return max((g.number_of_buckets for g in self.leaf_grids(history, delta)), default=0)
 
+    def direction_spans(self, history, delta: Optional[float] = None
+                        ) -> Tuple[float, float, float]:
+        """Predicted loss ranges of ``history``'s composed split pair: (both rows
+        together, the A-row's alone, the B-row's alone).
+
+        Means and variances of the loss add under composition; each row's range is its
+        mean +- z standard deviations, z the normal quantile of the final tail mass
+        (the infinity budget of the whole history), from the moments of the leaves
+        (which the composition builds and caches anyway).  The A-row's mean lies near
+        +KL and the B-row's near -KL, so at epsilon of thousands the joint range is
+        mostly the empty span between them (``compose(..., focus=...)``)."""
+        history = canonical_history(history)
+        if not history:
+            return 0.0, 0.0, 0.0
+        total = sum(count for _, count in history)
+        cfg = self._config(delta, total)
+        mean, var = [0.0, 0.0], [0.0, 0.0]
+        with self._lock:
+            for pair, count in history:
+                split = self._leaf(("split",), pair, cfg)[0][0].split
+                for row in (0, 1):
+                    m, sd = split.loss_moments(row)
+                    mean[row] += count * m
+                    var[row] += count * sd * sd
+        z = float(-special.ndtri(min(cfg[1] * total, 0.25)))
+        lo = [mean[r] - z * math.sqrt(var[r]) for r in (0, 1)]
+        hi = [mean[r] + z * math.sqrt(var[r]) for r in (0, 1)]
+        return float(max(hi) - min(lo)), float(hi[0] - lo[0]), float(hi[1] - lo[1])
+
     # -- configuration ---------------------------------------------------------------
-    def _config(self, delta: Optional[float], total_steps: int):
+    def _config(self, delta: Optional[float], total_steps: int, focus: Optional[str] = None):
+        """(delta class, per-step infinity budget, focus): part of every cache key (the
+        leaves' keys leave the focus out: a leaf does not depend on it)."""
         dq = delta_class(delta)
         budget = (self.options.free_infty_budget if self.options.free_infty_budget is not None
                   else per_step_infinity_budget(dq, planned_steps(total_steps)))
-        return dq, budget
+        return dq, budget, focus
 
     def _remember(self, key, value):
         old = self._values.pop(key, None)
@@ -755,7 +792,7 @@ class Composer:
     def _leaf_grid(self, pair, cfg, cap: float = LEAF_LOSS_RANGE) -> Grid:
         """The leaf grid of ``pair`` (remembered: the canonical grouping asks for its
         spacing at every query, and sizing it costs about as much as a leaf)."""
-        key = (pair, cfg, cap)
+        key = (pair, cfg[:2], cap)
         grid = self._leaf_grids.get(key)
         if grid is None:
             if len(self._leaf_grids) > _INTERNED_KEYS:
@@ -778,7 +815,7 @@ class Composer:
             return computed[key]
 
         for rep in reps:
-            key = (rep, "leaf", pair, cfg)
+            key = (rep, "leaf", pair, cfg[:2])
             value = self._cached(key)
             if value is None:
                 if rep == "split":
@@ -828,7 +865,7 @@ class Composer:
             ys = xs if same else dict(zip(child, right(child)))
             if split is None:
                 split = compose_split(xs["split"][0], ys["split"][0], cfg[1], self.options,
-                                      self._coarsened)
+                                      self._coarsened, cfg[2])
                 self._remember(("split", key), split)
             out["split"] = split
             for rep in following:
@@ -922,7 +959,8 @@ class Composer:
         return ids[key]
 
     def compose(self, history, delta: Optional[float] = None,
-                methods: Sequence[str] = ("split", "grouped")) -> Optional[BucketSet]:
+                methods: Sequence[str] = ("split", "grouped"),
+                focus: Optional[str] = None) -> Optional[BucketSet]:
         """The BucketSet of a canonical history (None for an empty one).
 
         The split pair and the grouped buckets are each composed and cached on their
@@ -930,16 +968,30 @@ class Composer:
         is the A||B and the B||A groups, each re-centred on its own direction's mean
         loss.  Other representations (the paper's buckets, which must stay inside
         MAX_LOSS_RANGE, or a new registry entry) are composed together with them.
+
+        ``focus`` "ab" ("ba"): every window and spacing follows the A-row (B-row) alone,
+        so the grids hold that direction's mass and not the span between the two
+        directions' (twice the mean loss, which at epsilon of thousands is many times
+        the spread).  The result certifies that direction only: the other row folds
+        into its infinity atom or its edge, which keeps its bound valid but trivial
+        (``engine.PrivacyBuckets.of_directions`` joins two such compositions).  Only
+        the split pair and that direction's groups may be asked for.
         """
         methods = frozenset(methods) | {"split"}
         known = known_methods()
         unknown = methods - set(known)
         if unknown:
             raise ValueError(f"methods must be among {', '.join(known)}, got {sorted(unknown)!r}")
+        if focus is not None:
+            allowed = {"split", f"grouped-{focus}"} if focus in ("ab", "ba") else None
+            if allowed is None or not methods <= allowed:
+                raise ValueError(f"focus must be None, 'ab' or 'ba', with methods among "
+                                 f"split and grouped-<focus>; got focus={focus!r}, "
+                                 f"methods {sorted(methods)!r}")
         history = canonical_history(history)
         if not history:
             return None
-        cfg = self._config(delta, sum(count for _, count in history))
+        cfg = self._config(delta, sum(count for _, count in history), focus)
         cap = LEAF_LOSS_RANGE if methods <= _FOLLOWING else _leaf_cap(methods)
         with self._lock:
             groups = count_groups(history,

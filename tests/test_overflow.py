@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from _closed_form import gaussian_delta, gaussian_epsilon
-from pb_accountant import PrivacyBucketsAccountant
+from pb_accountant import PrivacyBucketsAccountant, engine
 from pb_accountant.buckets import GroupedBuckets, Grid, _merged, _parity_slices
 from pb_accountant.convolution import check_finite, convolve_rows
 from pb_accountant.queries import ThresholdSum
@@ -40,8 +40,11 @@ def big_gaussian():
     return _accountant(0.1, 1.0, 10 ** 6), 1e4
 
 
-def test_epsilon_at_small_delta_is_bracketed_at_a_factor_near_overflow(big_gaussian):
-    acc, mu = big_gaussian
+def test_epsilon_at_small_delta_is_bracketed_at_a_factor_near_overflow(monkeypatch):
+    # both directions on one grid: its range spans +-KL, hence the huge factor (an
+    # epsilon query composes this history one direction at a time, below)
+    monkeypatch.setattr(engine, "DIRECTIONS_APART", math.inf)
+    acc, mu = _accountant(0.1, 1.0, 10 ** 6), 1e4
     b = _quiet(acc.get_epsilon_bounds, 1e-5)
     _bracketed_epsilon(b, mu, 1e-5)
     assert b.grid.factor > 1e200                      # the regime this file is about
@@ -50,7 +53,18 @@ def test_epsilon_at_small_delta_is_bracketed_at_a_factor_near_overflow(big_gauss
     assert b.lower >= exact * (1 - 1e-3)              # informative, not merely valid
 
 
-def test_delta_bounds_are_bracketed_at_a_factor_near_overflow(big_gaussian):
+def test_epsilon_by_direction_is_bracketed_on_a_far_smaller_factor(big_gaussian):
+    acc, mu = big_gaussian
+    b = _quiet(acc.get_epsilon_bounds, 1e-5)
+    _bracketed_epsilon(b, mu, 1e-5)
+    assert b.grid.factor < 1e100
+    exact = gaussian_epsilon(1e-5, mu)
+    assert b.lower <= exact <= b.upper
+    assert (b.upper - b.lower) / b.upper <= engine.TARGET_WIDTH
+
+
+def test_delta_bounds_are_bracketed_at_a_factor_near_overflow(big_gaussian, monkeypatch):
+    monkeypatch.setattr(engine, "DIRECTIONS_APART", math.inf)   # one grid, as above
     acc, mu = big_gaussian
     db = _quiet(acc.get_delta_bounds, 5e7)
     exact = float(gaussian_delta(5e7, mu))            # 0.49996
@@ -156,7 +170,7 @@ def test_delta_queries_answer_an_engine_limit_with_the_valid_trivial_bounds(monk
     """An engine limit in a delta query (here a forced OverflowError) gives [0, 1] with
     the reason and a warning, for one epsilon and for an array, as epsilon queries do."""
     import pb_accountant.accountant as A
-    from pb_accountant import PrivacyBucketsAccountant
+    from pb_accountant import PrivacyBucketsAccountant, engine
 
     def overflow(*args, **kwargs):
         raise OverflowError("forced")
