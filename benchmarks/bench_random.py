@@ -362,9 +362,10 @@ def main(argv=None):
         rows = read_csv(args.summarize)
         summary(rows)
         out = os.path.dirname(os.path.abspath(args.summarize))
-        with open(os.path.join(out, "random_suite_summary.txt"), "w") as fh:
+        stem = os.path.splitext(os.path.basename(args.summarize))[0]
+        with open(os.path.join(out, f"{stem}_summary.txt"), "w") as fh:
             summary(rows, fh)
-        draw(rows, os.path.join(out, "random_suite.png"))
+        draw(rows, os.path.join(out, f"{stem}.png"))
         return
     n = 12 if args.quick else args.n
     settings = draw_settings(n, args.seed)
@@ -374,7 +375,9 @@ def main(argv=None):
     pb_run([(1.0, 0.01, 10)], 1e-5, 1)                   # imports, not timed
     runner = None if args.no_peers else {p: PeerRunner(args.peer_limit) for p in PEERS}
     rows = []
-    csv_path = os.path.join(args.out, "random_suite.csv")
+    # the README's table is seed 12's; any other seed keeps its own files
+    stem = "random_suite" if args.seed == 12 else f"random_suite_seed{args.seed}"
+    csv_path = os.path.join(args.out, f"{stem}.csv")
     try:
         for s in settings:
             row = measure(s, runner, args.peer_limit, args.pb_limit)
@@ -390,10 +393,10 @@ def main(argv=None):
                 r.close()
     print()
     summary(rows)
-    with open(os.path.join(args.out, "random_suite_summary.txt"), "w") as fh:
+    with open(os.path.join(args.out, f"{stem}_summary.txt"), "w") as fh:
         summary(rows, fh)
-    draw(rows, os.path.join(args.out, "random_suite.png"))
-    print(f"wrote {csv_path} and random_suite.png")
+    draw(rows, os.path.join(args.out, f"{stem}.png"))
+    print(f"wrote {csv_path} and {stem}.png")
 
 
 if __name__ == "__main__":
