@@ -31,7 +31,7 @@ from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, ch
                           check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
 from .engine import (PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds,
-                     upper_only)
+                     compose_history, upper_only)
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 from .samplers import (Assumptions, SampledPairs, available_samplers, bracket_lower_delta,
@@ -282,7 +282,7 @@ class PrivacyBucketsAccountant:
         sp = self._sampled(self._snapshot())
         if sp.lower is None:
             return self._engine(None, lower=True).curve(epsilons, num)
-        up = PrivacyBuckets(self._composer.compose(list(sp.upper), None, ("split",)), None)
+        up = compose_history(self._composer, list(sp.upper), None, ("split",))
         curve = up.curve(epsilons, num)
         db = self._delta_bounds(curve.epsilons, self._snapshot(), self._assumptions)
         return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower), np.asarray(db.upper),
@@ -325,7 +325,7 @@ class PrivacyBucketsAccountant:
     def _engine(self, delta: Optional[float], lower: bool, history=None) -> PrivacyBuckets:
         pairs = self._pairs(self._snapshot() if history is None else history)
         methods = ("split", "grouped") if lower else ("split",)
-        return PrivacyBuckets(self._composer.compose(pairs, delta, methods), delta)
+        return compose_history(self._composer, pairs, delta, methods)
 
     def _bounds(self, delta: float, lower: bool, history=None,
                 assumptions: Optional[Assumptions] = None) -> EpsilonBounds:
@@ -344,8 +344,7 @@ class PrivacyBucketsAccountant:
                 if not lower:
                     result = upper_only(result)
             else:
-                engine = PrivacyBuckets(self._composer.compose(list(sp.upper), delta, ("split",)),
-                                        delta)
+                engine = compose_history(self._composer, list(sp.upper), delta, ("split",))
                 result = engine.epsilon_bounds(delta)
                 if lower:
                     low = bracket_lower_epsilon(self._composer, sp, delta)
@@ -404,8 +403,7 @@ class PrivacyBucketsAccountant:
             if sp is not None and getattr(sp, "lower", None) is not None:
                 # the upper pairs' own lower curves bound a dominating pair, not the
                 # mechanism: only the certified upper curves are used (TPR lower = FPR)
-                engine = PrivacyBuckets(self._composer.compose(list(sp.upper), None,
-                                                               ("split",)), None)
+                engine = compose_history(self._composer, list(sp.upper), None, ("split",))
                 result = tradeoff_bounds(engine, fpr, **kwargs)
                 return dataclasses.replace(result, notes=result.notes + tuple(sp.notes))
             engine = self._engine(None, lower=True)

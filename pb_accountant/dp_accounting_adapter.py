@@ -42,7 +42,7 @@ from dp_accounting import privacy_accountant
 from ._validation import check_array, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant, step_pair
 from .composition import canonical_history
-from .engine import PrivacyBuckets, adaptive_epsilon_bounds, upper_only
+from .engine import PrivacyBuckets, adaptive_epsilon_bounds, compose_history, upper_only
 from .mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair
 from .results import DeltaBounds, EpsilonBounds
 from .subsampled_laplace import SubsampledLaplace
@@ -317,8 +317,8 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
 
     def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
         """The engine's bounds object for the composed history (both bounds)."""
-        return PrivacyBuckets(self._pb._composer.compose(self._history(), delta,
-                                                         ("split", "grouped")), delta)
+        return compose_history(self._pb._composer, self._history(), delta,
+                               ("split", "grouped"))
 
     def get_tradeoff_bounds(self, fpr=None, **kwargs):
         """Certified bounds on the trade-off curve and the attacker's TPR at ``fpr``

@@ -400,7 +400,7 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     """
     history = canonical_history(history)
     start = composer.refined(_first_level(composer, history, None))
-    first = _composed(start, history, None, methods).delta_bounds(epsilon)
+    first = compose_history(start, history, None, methods).delta_bounds(epsilon)
     upper = np.atleast_1d(np.asarray(first.upper, dtype=float))
     small = upper[(upper > 0.0) & np.isfinite(upper)]
     if small.size == 0:
@@ -409,7 +409,7 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     if delta_class(target) >= DEFAULT_DELTA_CLASS:
         return first
     try:
-        second = _composed(start, history, target, methods).delta_bounds(epsilon)
+        second = compose_history(start, history, target, methods).delta_bounds(epsilon)
     except (MemoryError, OverflowError, FloatingPointError) as exc:
         # the first answer stands (certified); say why it was not tightened
         note = (f"delta bounds from the default delta class: composing for {target:.1e} "
@@ -468,9 +468,13 @@ def _by_direction(composer: Composer, history, delta: Optional[float], methods,
     return PrivacyBuckets.of_directions(one("ab"), None if symmetric else one("ba"))
 
 
-def _composed(composer: Composer, history, delta: Optional[float], methods) -> PrivacyBuckets:
-    """``methods`` composed for ``history``: one direction at a time where its rows lie
-    far apart and only the split pair and the groups are asked for, else together."""
+def compose_history(composer: Composer, history, delta: Optional[float] = None,
+                    methods: Sequence[str] = DEFAULT_METHODS) -> PrivacyBuckets:
+    """Certified bounds for ``history`` on ``composer``'s grids: one direction at a time
+    where its rows lie far apart and only the split pair and the groups are asked for
+    (``.buckets`` is then the A||B composition), else both together (as
+    :func:`compose`)."""
+    history = canonical_history(history)
     if set(methods) <= _FOCUSABLE and _directions_apart(composer, history, delta):
         return _by_direction(composer, history, delta, methods)
     return PrivacyBuckets(composer.compose(history, delta, methods), delta)

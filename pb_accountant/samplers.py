@@ -35,7 +35,7 @@ import numpy as np
 
 from ._validation import MIN_NOISE, check_choice, check_count
 from .composition import Composer
-from .engine import PrivacyBuckets, adaptive_epsilon_bounds
+from .engine import adaptive_epsilon_bounds, compose_history
 from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussian
 from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
 
@@ -436,7 +436,7 @@ def bracket_lower_delta(composer: Composer, sp: SampledPairs, eps) -> np.ndarray
     factor, shift = lower_correction(sp)
     if math.isinf(factor):
         return np.zeros(eps.shape)
-    engine = PrivacyBuckets(composer.compose(list(sp.lower), None, ("split", "grouped")), None)
+    engine = compose_history(composer, list(sp.lower), None, ("split", "grouped"))
     low = np.asarray(engine.delta_lower(np.atleast_1d(eps) + shift), dtype=float)
     return low.reshape(eps.shape) / factor
 
@@ -445,11 +445,10 @@ def delta_bounds(composer: Composer, sp: SampledPairs, eps) -> Tuple[np.ndarray,
     """(lower, upper) certified delta at the array ``eps`` for ``sp``."""
     eps = np.atleast_1d(np.asarray(eps, dtype=float))
     if sp.lower is None:
-        engine = PrivacyBuckets(composer.compose(list(sp.upper), None, ("split", "grouped")),
-                                None)
+        engine = compose_history(composer, list(sp.upper), None, ("split", "grouped"))
         db = engine.delta_bounds(eps)
         return np.asarray(db.lower), np.asarray(db.upper)
-    up = PrivacyBuckets(composer.compose(list(sp.upper), None, ("split",)), None)
+    up = compose_history(composer, list(sp.upper), None, ("split",))
     upper = np.asarray(up.delta_bounds(eps).upper)
     return np.minimum(bracket_lower_delta(composer, sp, eps), upper), upper
 

@@ -171,3 +171,26 @@ def test_delta_queries_far_apart_bracket_the_closed_form(monkeypatch):
         # 6-15% of delta (measured), as much as the joint composition's
         assert up <= 1.2 * exact and lo >= 0.9 * exact
     assert {"ab", "ba"} <= set(calls) and None not in calls
+
+
+def test_curves_and_tradeoff_bounds_far_apart_go_by_direction(monkeypatch):
+    """The privacy curve and the trade-off bounds read the same by-direction
+    compositions (``engine.compose_history``): the curve brackets the closed form, and
+    the trade-off brackets overlap the joint composition's (both certified)."""
+    from _closed_form import gaussian_delta
+
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(0.05, 1.0, 100)]                  # mu = 200
+    eps = np.array([gaussian_epsilon(d, 200.0) for d in (1e-3, 1e-9)])
+    curve = acc.get_privacy_curve(eps)
+    for e, lo, up in zip(eps, curve.delta_lower, curve.delta_upper):
+        exact = float(gaussian_delta(e, 200.0))
+        assert 0.0 < lo <= exact <= up < 1.0
+    apart = acc.get_tradeoff_bounds([1e-3, 0.1])
+    monkeypatch.setattr(engine, "DIRECTIONS_APART", math.inf)
+    together = PrivacyBucketsAccountant()
+    together.history = list(acc.history)
+    joint = together.get_tradeoff_bounds([1e-3, 0.1])
+    assert np.all(np.asarray(apart.tpr_lower) <= np.asarray(joint.tpr_upper))
+    assert np.all(np.asarray(joint.tpr_lower) <= np.asarray(apart.tpr_upper))
+    assert apart.mu_lower <= 200.0 <= apart.mu_upper
