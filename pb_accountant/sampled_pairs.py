@@ -91,9 +91,11 @@ class SymmetricSubsampledGaussian(MechanismPair):
 
     def _alpha(self) -> float:
         """q c / (1 - q + q c): L(x) = log1p(alpha expm1(y)) - log1p(alpha expm1(-y)),
-        y = x / s^2."""
+        y = x / s^2 (1 at q = 1, also where q c underflows to 0)."""
         s2 = self.noise_multiplier ** 2
         q = self.sample_rate
+        if q == 1.0:
+            return 1.0
         qc = q * math.exp(-0.5 / s2)
         return qc / ((1.0 - q) + qc)
 
@@ -153,11 +155,13 @@ class SymmetricSubsampledGaussian(MechanismPair):
         """A lower bound on L'(x) over the real line: s^2 L' = sigma(x) + sigma(-x) for
         the logistic sigma(x) = q c e^{x/s^2} / (1 - q + q c e^{x/s^2}), which is at
         least min(2 sigma(0), 1) (its minimum is at 0 when sigma's centre is right of 0,
-        its infimum 1 at +-inf otherwise), with 1% of room for rounding."""
+        its infimum 1 at +-inf otherwise), with 1% of room for rounding.  At q = 1,
+        sigma = 1 everywhere (qc may underflow to 0 there: 0/0 is not evaluated)."""
         s2 = self.noise_multiplier ** 2
         q = self.sample_rate
         qc = q * math.exp(-0.5 / s2)
-        return min(2.0 * qc / (1.0 - q + qc), 1.0) / s2 * 0.99
+        at_zero = 1.0 if q == 1.0 else qc / (1.0 - q + qc)
+        return min(2.0 * at_zero, 1.0) / s2 * 0.99
 
     def _end_point_shift(self, t, xe):
         """(finite, shift): which computed end points ``xe`` of the grid ``t`` are finite,

@@ -677,6 +677,22 @@ def test_replace_one_single_step_against_the_closed_form(sigma, q):
         assert db.lower <= exact * (1 + 1e-12) and exact <= db.upper, (eps, db, float(exact))
 
 
+@pytest.mark.parametrize("sigma", [0.02, 0.0259, 1e-3])
+def test_replace_one_full_batch_with_tiny_noise_answers(sigma):
+    """q = 1, sigma below about 0.026: q e^{-1/(2 sigma^2)} underflows to 0, and the
+    least slope of the loss was 0/0 (ZeroDivisionError, found by an adversarial hunt).
+    At q = 1 the pair is N(1) vs N(-1), a Gaussian with mu = 2 / sigma; per-step
+    epsilons beyond the leaf's range give a valid inf upper bound."""
+    mu = 2.0 / sigma
+    acc = PrivacyBucketsAccountant(neighbouring="replace_one")
+    acc.history = [(sigma, 1.0, 1)]
+    for delta in (1e-9, 1e-3):
+        _epsilon_bracketed(acc.get_epsilon_bounds(delta),
+                           lambda e: mp.mpf(gaussian_delta(e, mu)), delta)
+    db = acc.get_delta_bounds(1.0)
+    assert 0.0 <= db.lower <= db.upper <= 1.0
+
+
 @pytest.mark.parametrize("p,k,r", [(0.999, 10, 30), (0.2, 1000, 12), (1e-9, 2, 3)])
 def test_dp_accounting_adapter_k_ary_randomized_response(p, k, r):
     """RandomizedResponseDpEvent (k outputs, REPLACE_ONE) through the dp_accounting
