@@ -26,6 +26,20 @@ FAR = [(Gaussian(0.05), 100)]
 NEAR = [(SubsampledGaussian(1.1, 0.01), 1000)]
 
 
+@pytest.fixture
+def focuses(monkeypatch):
+    """The ``focus`` of every ``Composer.compose`` call the test makes, in order."""
+    seen = []
+    real = Composer.compose
+
+    def counted(self, history, delta=None, methods=("split", "grouped"), focus=None):
+        seen.append(focus)
+        return real(self, history, delta, methods, focus)
+
+    monkeypatch.setattr(Composer, "compose", counted)
+    return seen
+
+
 def test_the_predicted_ranges_tell_far_from_near():
     c = Composer()
     joint, ab, ba = c.direction_spans(FAR, 1e-10)
@@ -110,23 +124,15 @@ def test_a_focus_is_checked_before_anything_is_composed(focus, methods):
         Composer().compose(FAR, 1e-10, methods, focus)
 
 
-def test_replace_one_composes_one_direction_only(monkeypatch):
+def test_replace_one_composes_one_direction_only(focuses):
     """Self-mirrored pairs (Poisson, replace-one): the A||B composition decides both
     directions.  At q = 1 the pair is N(1) vs N(-1): a Gaussian with mu = 2 sqrt(T) / sigma."""
-    calls = []
-    real = Composer.compose
-
-    def counted(self, history, delta=None, methods=("split", "grouped"), focus=None):
-        calls.append(focus)
-        return real(self, history, delta, methods, focus)
-
-    monkeypatch.setattr(Composer, "compose", counted)
     acc = PrivacyBucketsAccountant(neighbouring="replace_one")
     acc.history = [(1.0, 1.0, 10_000)]
     b = acc.get_epsilon_bounds(1e-8)
     exact = gaussian_epsilon(1e-8, 2.0 * math.sqrt(10_000) / 1.0)
     assert b.lower <= exact <= b.upper < math.inf
-    assert calls and set(calls) == {"ab"}
+    assert focuses and set(focuses) == {"ab"}
 
 
 def test_the_same_history_gives_the_same_bits_by_direction():
@@ -147,19 +153,11 @@ def test_the_same_history_gives_the_same_bits_by_direction():
     assert np.isfinite(final[0].upper) and final[0].lower > 0.0
 
 
-def test_delta_queries_far_apart_bracket_the_closed_form(monkeypatch):
+def test_delta_queries_far_apart_bracket_the_closed_form(focuses):
     """get_delta_bounds composes by direction too (for its delta class and the class of
     its answer); pointwise brackets with relative checks, as in test_large_epsilon."""
     from _closed_form import gaussian_delta
 
-    calls = []
-    real = Composer.compose
-
-    def counted(self, history, delta=None, methods=("split", "grouped"), focus=None):
-        calls.append(focus)
-        return real(self, history, delta, methods, focus)
-
-    monkeypatch.setattr(Composer, "compose", counted)
     acc = PrivacyBucketsAccountant()
     acc.history = [(0.05, 1.0, 100)]                  # mu = 200
     eps = np.array([gaussian_epsilon(d, 200.0) for d in (1e-3, 1e-8, 1e-14)])
@@ -170,7 +168,7 @@ def test_delta_queries_far_apart_bracket_the_closed_form(monkeypatch):
         # a delta query is not refined: at epsilon 2e4 its grid's spacing of 2 costs
         # 6-15% of delta (measured), as much as the joint composition's
         assert up <= 1.2 * exact and lo >= 0.9 * exact
-    assert {"ab", "ba"} <= set(calls) and None not in calls
+    assert {"ab", "ba"} <= set(focuses) and None not in focuses
 
 
 def test_curves_and_tradeoff_bounds_far_apart_go_by_direction(monkeypatch):
