@@ -716,8 +716,8 @@ class Composer:
         grows with it."""
         return max((g.number_of_buckets for g in self.leaf_grids(history, delta)), default=0)
 
-    def direction_spans(self, history, delta: Optional[float] = None
-                        ) -> Tuple[float, float, float]:
+    def direction_spans(self, history, delta: Optional[float] = None,
+                        groups: Sequence[str] = ()) -> Tuple[float, float, float]:
         """Predicted loss ranges of ``history``'s composed split pair: (both rows
         together, the A-row's alone, the B-row's alone).
 
@@ -726,7 +726,16 @@ class Composer:
         (the infinity budget of the whole history), from the moments of the leaves
         (which the composition builds and caches anyway).  The A-row's mean lies near
         +KL and the B-row's near -KL, so at epsilon of thousands the joint range is
-        mostly the empty span between them (``compose(..., focus=...)``)."""
+        mostly the empty span between them (``compose(..., focus=...)``).
+
+        ``groups`` (among "grouped-ab", "grouped-ba"): the groups' leaves to build with
+        the split pair's, from the same masses, for the composition that follows (a
+        leaf's masses cost more than the rest of it, and are not kept once its leaves
+        are made)."""
+        groups = tuple(groups)
+        if not set(groups) <= {"grouped-ab", "grouped-ba"}:
+            raise ValueError(f"groups must be among 'grouped-ab' and 'grouped-ba', "
+                             f"got {groups!r}")
         history = canonical_history(history)
         if not history:
             return 0.0, 0.0, 0.0
@@ -735,7 +744,7 @@ class Composer:
         mean, var = [0.0, 0.0], [0.0, 0.0]
         with self._lock:
             for pair, count in history:
-                split = self._leaf(("split",), pair, cfg)[0][0].split
+                split = self._leaf(("split",) + groups, pair, cfg)[0][0].split
                 for row in (0, 1):
                     m, sd = split.loss_moments(row)
                     mean[row] += count * m

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._validation import check_delta, check_epsilons
 from .composition import (DEFAULT_DELTA_CLASS, BucketOptions, BucketSet, Composer,
-                          canonical_history, delta_class)
+                          canonical_history, delta_class, grouped_directions)
 from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
@@ -444,12 +444,15 @@ def _best_of(bounds: EpsilonBounds, better: EpsilonBounds) -> EpsilonBounds:
 DIRECTIONS_APART = 8.0
 
 
-def _directions_apart(composer: Composer, history, delta: float) -> bool:
+def _directions_apart(composer: Composer, history, delta: float,
+                      groups: Sequence[str] = ()) -> bool:
     """Whether ``history`` composes faster one direction at a time: its rows' predicted
-    ranges lie far apart (DIRECTIONS_APART), on grids the options do not fix."""
+    ranges lie far apart (DIRECTIONS_APART), on grids the options do not fix.
+    ``groups``: the grouped leaves the composition that follows reads (built now, from
+    the masses the prediction's split leaves compute)."""
     if composer.options.number_of_buckets is not None:
         return False
-    joint, ab, ba = composer.direction_spans(history, delta)
+    joint, ab, ba = composer.direction_spans(history, delta, groups)
     return joint >= DIRECTIONS_APART * max(ab, ba, 0.0) and joint > 0.0
 
 
@@ -475,7 +478,9 @@ def compose_history(composer: Composer, history, delta: Optional[float] = None,
     (``.buckets`` is then the A||B composition), else both together (as
     :func:`compose`)."""
     history = canonical_history(history)
-    if set(methods) <= _FOCUSABLE and _directions_apart(composer, history, delta):
+    if set(methods) <= _FOCUSABLE and _directions_apart(
+            composer, history, delta,
+            tuple(f"grouped-{d}" for d in grouped_directions(methods))):
         return _by_direction(composer, history, delta, methods)
     return PrivacyBuckets(composer.compose(history, delta, methods), delta)
 
@@ -494,7 +499,7 @@ def _two_sided_bounds(composer: Composer, history, delta: float,
     it (their lower bound lies below that upper bound for every larger epsilon), so the
     answer equals the two-direction one; otherwise the B||A groups are composed too.
     """
-    if _directions_apart(composer, history, delta):
+    if _directions_apart(composer, history, delta, ("grouped-ab",)):
         return _by_direction(composer, history, delta, ("split", "grouped"),
                              symmetric).epsilon_bounds(delta)
     first = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ab")), delta)
