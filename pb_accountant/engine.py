@@ -252,6 +252,10 @@ def compose(sequence, *, delta: Optional[float] = None,
 #: training loop, whose default-grid widths sit near 4e-4, but left three random-suite
 #: settings' upper bounds more than 0.03% above PLD.)
 TARGET_WIDTH = 4e-4
+#: errors a coarse first pass may meet where the default grids need not: a spacing
+#: COARSE_LEVEL halvings wider reaches the floating-point range sooner (a grid factor
+#: e^d beyond 1e308, a grouped row's weights) at epsilon of millions
+COARSE_PASS_LIMITS = (OverflowError, FloatingPointError)
 #: most halvings of the leaf and final resolutions a query may ask for
 MAX_REFINEMENT = 2
 #: leaf grids of at least this many buckets (a heavy tail far from a narrow bulk, as at
@@ -295,7 +299,8 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
 
     The first grids are ``composer``'s, or COARSE_LEVEL halvings coarser where a leaf
     grid is large (COARSE_FIRST_LEAF_BUCKETS; ``composer``'s own follow where that
-    coarse pass certifies no finite upper bound).  While the relative width exceeds
+    coarse pass certifies no finite upper bound or reaches the floating-point range,
+    COARSE_PASS_LIMITS).  While the relative width exceeds
     TARGET_WIDTH the bounds are computed again with the leaf and final resolutions
     halved as often as ``refinement_level`` predicts (``Composer.refined``: finer
     levels also have twice the bucket cap), up to MAX_REFINEMENT halvings of
@@ -309,14 +314,22 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     delta = check_delta(delta)
     history = canonical_history(history)
     level = _first_level(composer, history, delta)
-    best = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
-    passes = 1
-    if level < 0 and not math.isfinite(best.upper):
-        # a coarse start whose grids could not certify an upper bound (its windows left
-        # more than delta in the infinity atoms): the default grids, which are not
-        # coarser than any coarse start's, before any refinement
+    coarse, passes = None, int(level < 0)
+    if level < 0:
+        try:
+            coarse = _two_sided_bounds(composer.refined(level), history, delta, symmetric)
+        except COARSE_PASS_LIMITS:
+            pass     # the default grids below answer (they are finer than the coarse ones)
+    if coarse is not None and math.isfinite(coarse.upper):
+        best = coarse
+    else:
+        # no coarse start, or one whose grids could not certify an upper bound (its
+        # windows left more than delta in the infinity atoms, or its spacing reached
+        # the floating-point range): the default grids, before any refinement
         level = 0
-        best = _best_of(best, _two_sided_bounds(composer, history, delta, symmetric))
+        best = _two_sided_bounds(composer, history, delta, symmetric)
+        if coarse is not None:
+            best = _best_of(coarse, best)
         passes += 1
     stop = None                    # why refinement stopped short of the target width
     for _ in range(MAX_PASSES - passes):
@@ -400,7 +413,13 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     """
     history = canonical_history(history)
     start = composer.refined(_first_level(composer, history, None))
-    first = compose_history(start, history, None, methods).delta_bounds(epsilon)
+    try:
+        first = compose_history(start, history, None, methods).delta_bounds(epsilon)
+    except COARSE_PASS_LIMITS:
+        if start is composer:
+            raise
+        start = composer           # a coarse start beyond the floating-point range
+        first = compose_history(start, history, None, methods).delta_bounds(epsilon)
     upper = np.atleast_1d(np.asarray(first.upper, dtype=float))
     small = upper[(upper > 0.0) & np.isfinite(upper)]
     if small.size == 0:

@@ -191,6 +191,58 @@ def test_a_coarse_start_without_a_finite_upper_bound_falls_back_to_the_default_g
     assert math.isfinite(best.upper) and _width(best) <= TARGET_WIDTH
 
 
+@pytest.mark.parametrize("error", [OverflowError, FloatingPointError])
+def test_a_coarse_start_beyond_the_floating_point_range_falls_back_to_the_default_grids(
+        monkeypatch, error):
+    """A coarse pass that reaches the floating-point range (a spacing wider than the
+    default grids': a factor e^d above 1e308, or a grouped row's weights, at epsilon of
+    millions) is an answer the default grids may still give: they run next, as after a
+    coarse pass without a finite upper bound, and the query answers instead of
+    reporting an engine limit.  (Random settings at 5e5 <= epsilon <= 1.5e7 raised
+    OverflowError on grids 3-6 halvings coarser than the default.)"""
+    from pb_accountant import engine
+    seen = _scripted_passes(monkeypatch, lambda level: 2 * TARGET_WIDTH / 4.0 ** level)
+    scripted = engine._two_sided_bounds
+
+    def raising(composer, history, delta, symmetric):
+        if composer.options.resolution > Composer().options.resolution:
+            seen.append("raised")
+            raise error("grid factor beyond floating-point range")
+        return scripted(composer, history, delta, symmetric)
+
+    monkeypatch.setattr(engine, "_two_sided_bounds", raising)
+    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
+                                          1e-5)
+    assert seen == ["raised", 0, 1]
+    assert math.isfinite(best.upper) and _width(best) <= TARGET_WIDTH
+
+
+def test_a_delta_query_whose_coarse_start_overflows_answers_on_the_default_grids(
+        monkeypatch):
+    """The same fallback for delta queries: the bounds are those of a query that
+    started on the default grids."""
+    from pb_accountant import engine
+    history = [(SubsampledGaussian(0.402455, 3.013e-05), 12)]
+    monkeypatch.setattr(engine, "_first_level", lambda *a: 0)
+    reference = engine.adaptive_delta_bounds(Composer(), history, [2.0, 6.0])
+    real = engine.compose_history
+    tried = []
+
+    def raising(composer, history, delta=None, methods=engine.DEFAULT_METHODS):
+        tried.append(composer.options.resolution)
+        if composer.options.resolution > Composer().options.resolution:
+            raise OverflowError("grid factor beyond floating-point range")
+        return real(composer, history, delta, methods)
+
+    monkeypatch.setattr(engine, "compose_history", raising)
+    monkeypatch.setattr(engine, "_first_level", lambda *a: engine.COARSE_LEVEL)
+    got = engine.adaptive_delta_bounds(Composer(), history, [2.0, 6.0])
+    assert tried[0] > Composer().options.resolution            # the coarse start was tried
+    assert list(got.upper) == list(reference.upper)
+    assert list(got.lower) == list(reference.lower)
+
+
 def test_a_coarse_start_refines_toward_the_target_itself(monkeypatch):
     """A coarse bracket 40 times too wide asks for log4(40) = 2.7, so three halvings
     (level 1), the first level the h^2 law predicts within the target; aiming at half
