@@ -409,7 +409,8 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     class, the history is composed again for the class of that answer (at least
     SMALLEST_DELTA_CLASS) and every entry keeps the tighter of its two certified
     brackets.  Large leaf grids start COARSE_LEVEL halvings coarser, as epsilon queries
-    do.  The decisions depend on the history and epsilon alone.
+    do (the default grids answer where that start reaches the floating-point range,
+    COARSE_PASS_LIMITS).  The decisions depend on the history and epsilon alone.
     """
     history = canonical_history(history)
     start = composer.refined(_first_level(composer, history, None))

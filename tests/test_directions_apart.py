@@ -52,7 +52,8 @@ def test_the_predicted_ranges_tell_far_from_near():
 def test_a_query_computes_each_leafs_masses_once(monkeypatch):
     """The prediction builds the leaves the composition after it reads: the split
     pair's and the A||B groups' come from one computation of a leaf's masses (its most
-    costly part), not one for the prediction and one for the composition."""
+    costly part), not one for the prediction and one for the composition.  (The B||A
+    groups, composed only where they can matter, compute them again; not here.)"""
     from pb_accountant import composition
     calls = []
     real = composition.leaf_masses
