@@ -41,7 +41,8 @@ MIN_STEPS_PLANNED = 1
 #: fraction of the target delta the infinity atoms may take in the end
 INFINITY_FRACTION = 1e-3
 #: leaves needing more buckets than this at ``leaf_resolution`` (a heavy tail far from a
-#: narrow bulk) get half that resolution; measured cost: about 1e-4 relative in epsilon
+#: narrow bulk) get half that resolution (``BucketOptions.halve_long_tails``); measured
+#: cost: about 1e-4 relative in epsilon
 LEAF_BUCKETS_AT_FULL_RESOLUTION = 2 ** 13 - 2
 #: largest |loss| a leaf resolves (e^t is formed directly there; beyond it, the
 #: infinity atoms); per-step epsilons up to several hundred stay finite
@@ -61,7 +62,10 @@ class BucketOptions:
     spread of the composed loss (``resolution`` times its standard deviation) and n
     follows its range, so only the buckets the precision needs are paid for.
     ``max_buckets`` caps the default grids; an epsilon query's finer levels
-    (``Composer.refined``) may use twice as many.
+    (``Composer.refined``) may use twice as many.  ``halve_long_tails``: a leaf that
+    needs more than LEAF_BUCKETS_AT_FULL_RESOLUTION buckets at ``leaf_resolution`` gets
+    half that resolution (False: the query whose finest grids stayed too wide asks for
+    them at full resolution, ``engine.adaptive_epsilon_bounds``).
     """
 
     number_of_buckets: Optional[int] = None
@@ -71,6 +75,7 @@ class BucketOptions:
     resolution: float = 0.015
     leaf_resolution: float = 0.04
     max_buckets: int = 2 ** 17 - 2
+    halve_long_tails: bool = True
 
     def __post_init__(self):
         if self.number_of_buckets is not None:
@@ -85,6 +90,9 @@ class BucketOptions:
         check_real("resolution", self.resolution, low=0.0, high=1.0, low_open=True)
         check_real("leaf_resolution", self.leaf_resolution, low=0.0, high=1.0, low_open=True)
         check_count("max_buckets", self.max_buckets, minimum=62)
+        if not isinstance(self.halve_long_tails, bool):
+            raise ValueError(f"halve_long_tails must be True or False, got "
+                             f"{self.halve_long_tails!r}")
 
 
 #: delta class used when no target delta is given (curves, delta queries): it sizes the
@@ -152,7 +160,7 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
     # the grid follows the loss interval [lo, hi] (an offset centres it)
     lo, hi = max(lo, -cap), min(hi, cap)
     half = max((hi - lo) / 2.0, 1e-9)
-    if half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
+    if options.halve_long_tails and half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
         step *= 2.0      # long thin tails: half the leaf resolution halves its cost
     while half / step + 2 > options.max_buckets:
         step *= 2.0
@@ -674,18 +682,21 @@ class Composer:
     def __setstate__(self, state):
         self.__init__(state["options"], state["cache_size"])
 
-    def refined(self, level: int) -> "Optional[Composer]":
+    def refined(self, level: int, halve_long_tails: bool = True) -> "Optional[Composer]":
         """A Composer whose leaf and final resolutions are 2^-level of this one's (its own
         caches, made once; a negative level coarsens), or None where the grid is fixed
         by the options (``number_of_buckets`` or ``factor``): the grids an answer asks
-        for when it needs more, or less, accuracy (``engine.adaptive_epsilon_bounds``)."""
+        for when it needs more, or less, accuracy (``engine.adaptive_epsilon_bounds``).
+        ``halve_long_tails`` False: its long-tailed leaves keep their full resolution
+        (``BucketOptions.halve_long_tails``)."""
         o = self.options
-        if level == 0:
+        if level == 0 and halve_long_tails:
             return self
         if o.number_of_buckets is not None or o.factor is not None:
             return None
+        key = level if halve_long_tails else (level, False)
         with self._lock:
-            finer = self._refined.get(level)
+            finer = self._refined.get(key)
             if finer is None:
                 scale = 0.5 ** level
                 # a finer level may use twice the bucket cap, so that a leaf the cap made
@@ -694,10 +705,12 @@ class Composer:
                 # larger transforms outgrows what the finer spacing gains at small delta
                 # (docs/method.md §3)
                 cap = o.max_buckets if level <= 0 else 2 * (o.max_buckets + 2) - 2
-                finer = self._refined[level] = Composer(
+                finer = self._refined[key] = Composer(
                     dataclasses.replace(o, resolution=min(o.resolution * scale, 1.0),
                                         leaf_resolution=min(o.leaf_resolution * scale, 1.0),
-                                        max_buckets=cap),
+                                        max_buckets=cap,
+                                        halve_long_tails=o.halve_long_tails
+                                        and halve_long_tails),
                     self._cache_size)
             return finer
 
