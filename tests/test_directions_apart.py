@@ -49,26 +49,6 @@ def test_the_predicted_ranges_tell_far_from_near():
     assert c.direction_spans([], 1e-10) == (0.0, 0.0, 0.0)
 
 
-def test_a_query_computes_each_leafs_masses_once(monkeypatch):
-    """The prediction builds the leaves the composition after it reads: the split
-    pair's and the A||B groups' come from one computation of a leaf's masses (its most
-    costly part), not one for the prediction and one for the composition.  (The B||A
-    groups, composed only where they can matter, compute them again; not here.)"""
-    from pb_accountant import composition
-    calls = []
-    real = composition.leaf_masses
-
-    def counted(pair, cuts, spacing):
-        calls.append(pair)
-        return real(pair, cuts, spacing)
-
-    monkeypatch.setattr(composition, "leaf_masses", counted)
-    acc = PrivacyBucketsAccountant()
-    acc.history = [(1.0 + 0.1 * i, 0.01, 50) for i in range(3)]
-    acc.get_epsilon_bounds(1e-5)
-    assert len(calls) == len(set(calls)) == 3
-
-
 def test_the_prediction_builds_only_groups():
     with pytest.raises(ValueError, match="groups must be among"):
         Composer().direction_spans(NEAR, 1e-5, ("split",))

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import fft as sfft
 
-from pb_accountant import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
+from pb_accountant import (Gaussian, Laplace, PrivacyBucketsAccountant, RandomizedResponse,
+                           SubsampledGaussian)
 from pb_accountant.buckets import GroupedBuckets, Grid, SplitBuckets, leaf_masses
 from pb_accountant.composition import Composer
 from pb_accountant.convolution import (_level_bounds, _pair_bound, _parts, _round_into,
@@ -116,8 +117,9 @@ def test_loss_atoms_are_told_apart():
     assert RandomizedResponse(0.6).has_loss_atoms()
 
 
-def test_a_query_computes_each_leafs_masses_once(monkeypatch):
-    """The split pair and the A||B groups of one composition share their leaf masses."""
+@pytest.fixture
+def leaf_mass_calls(monkeypatch):
+    """The pair of every ``leaf_masses`` computation the test makes, in order."""
     import pb_accountant.composition as composition
     calls = []
     real = composition.leaf_masses
@@ -127,9 +129,26 @@ def test_a_query_computes_each_leafs_masses_once(monkeypatch):
         return real(pair, cuts, spacing)
 
     monkeypatch.setattr(composition, "leaf_masses", counting)
+    return calls
+
+
+def test_a_query_computes_each_leafs_masses_once(leaf_mass_calls):
+    """The split pair and the A||B groups of one composition share their leaf masses."""
     history = [(SubsampledGaussian(1.0 + 0.1 * i, 0.01), 50) for i in range(4)]
     Composer().compose(history, 1e-5, ("split", "grouped-ab"))
-    assert sorted(calls, key=repr) == sorted((p for p, _ in history), key=repr)
+    assert sorted(leaf_mass_calls, key=repr) == sorted((p for p, _ in history), key=repr)
+
+
+def test_an_accountant_query_computes_each_leafs_masses_once(leaf_mass_calls):
+    """So do they through an accountant's query, whose direction prediction
+    (``Composer.direction_spans``) builds the leaves before the composition reads them:
+    one computation of a leaf's masses, not one for the prediction and one for the
+    composition.  (The B||A groups, composed only where they can matter, compute them
+    again; not here.)"""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0 + 0.1 * i, 0.01, 50) for i in range(3)]
+    acc.get_epsilon_bounds(1e-5)
+    assert len(leaf_mass_calls) == len(set(leaf_mass_calls)) == 3
 
 
 def test_grid_arrays_are_the_formula_and_read_only():
