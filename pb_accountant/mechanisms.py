@@ -13,6 +13,7 @@ histogramming; discrete pairs (paper §4.6, §5.5) sum their atoms.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Tuple
@@ -76,47 +77,253 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 #: off by up to 2^-1075 absolutely, a mass takes fewer than 32 such operations and each
 #: is scaled by a factor below 4 afterwards (docs/floating-point.md, "Underflow").
 UNDERFLOW_FLOOR = 2.0 ** -1067
-#: |z| beyond which scipy's ndtr(-|z|) may return 0 for a true Phi(-|z|) > 0 (it does
-#: from 37.677, where Phi(-|z|) falls below 6e-311)
-_NDTR_FLUSH_FROM = 37.0
+#: A wide interval's mass is computed on each side of 0 without a library CDF (only exp
+#: is trusted, as for narrow intervals): a sum of narrow pieces near 0, whose ends z_j
+#: (from the end nearer 0) satisfy z_j^2 = z_0^2 + 2 j PIECE_STEP, so that each piece has
+#: |m| h = PIECE_STEP (m, h a piece's midpoint and width), at most 18 pieces below
+#: _CF_FROM, each integrated by ``_gl12_masses``; from _CF_FROM on, a difference of
+#: tails Phi(-z) = phi(z) R(z), the Mills ratio R by its continued fraction, whose
+#: consecutive convergents bracket it (docs/floating-point.md, "Leaf masses")
+_PIECE_STEP = 0.25
+_CF_FROM = 3.0
+#: ends beyond which a standard normal tail is below 2^-1074 (Phi(-39) < 1e-333)
+_NORMAL_TAIL_ZERO_FROM = 39.0
 
 
-def flushed_tail(z) -> np.ndarray:
-    """Bound on Phi(-|z|) at finite end points beyond ``_NDTR_FLUSH_FROM`` (0 elsewhere):
-    the Mills ratio phi(z) / |z|, what a CDF difference misses where ndtr flushed.
-    exp(-z^2/2) loses u z^2 / 2 < 2e-13 relative at these z (1% of room); past |z| = 38.6
-    it underflows, where Phi(-|z|) < 2^-1074 and ``UNDERFLOW_FLOOR`` covers it."""
-    z = np.abs(np.asarray(z, dtype=float))
-    far = np.isfinite(z) & (z >= _NDTR_FLUSH_FROM)
-    zf = np.where(far, z, _NDTR_FLUSH_FROM)
+def _classify(lo, hi):
+    """Which intervals (lo, hi] are non-empty and which are narrow (h (|z| + h) < 1,
+    integrated by 12-point Gauss-Legendre; the others are ``_wide_intervals``)."""
+    valid = hi > lo
+    finite = valid & np.isfinite(lo) & np.isfinite(hi)
+    with np.errstate(invalid="ignore"):
+        width = np.where(finite, hi - lo, np.inf)
+    reach = np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
+                       np.abs(np.where(np.isfinite(hi), hi, 0.0)))
+    narrow = finite & (width * (reach + width) < 1.0)
+    return valid, narrow
+
+
+#: from here on the Mills ratio is taken from its asymptotic series (``_mills_ratio``)
+_ASYMPTOTIC_FROM = 12.0
+#: terms of that series: the first one left out, 31!! / z^32, is below u / 16 at z >= 12
+_ASYMPTOTIC_TERMS = 16
+
+
+#: continued-fraction terms by the smallest z they serve (a bracket below u / 8 at
+#: that z, measured against mpmath; the bound uses the bracket actually found)
+_CF_TERMS = ((8.0, 20), (6.5, 24), (5.0, 31), (4.0, 41), (3.0, 62))
+#: fewer z than this in one call are evaluated one by one (and remembered); more, as
+#: arrays (the same operations, so the same values)
+_CF_ARRAY_FROM = 16
+
+
+def _cf_bracket(z, terms: int):
+    """(R_n, relative error bound) from the convergents n = ``terms`` and n + 1 of the
+    continued fraction, for a float or an array z (``_mills_ratio``)."""
+    u = _U
+    conv = []
+    for n in (terms, terms + 1):
+        v = z
+        d = 0.0 * z
+        for k in range(n - 1, 0, -1):
+            t = k / v
+            v = z + t
+            d = u + (t / v) * (u + d) * (1.0 + 1e-10)
+        conv.append((1.0 / v, (d + u) * (1.0 + 1e-10)))
+    (r0, d0), (r1, d1) = conv
+    return r0, (abs(r0 - r1) + 2.0 * d0 * r0 + d1 * r1) * (1.0 + 1e-9) / r0
+
+
+def _asymptotic(z):
+    """(R, relative error bound) by the asymptotic series (``_mills_ratio``), for a float
+    or an array z >= _ASYMPTOTIC_FROM."""
+    w = 1.0 / (z * z)
+    sk = 1.0 + 0.0 * z
+    for k in range(_ASYMPTOTIC_TERMS - 1, -1, -1):
+        sk = 1.0 - (2 * k + 1) * w * sk
+    return sk / z, 8.0 * _U + _U / 16.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _mills_one(z: float):
+    """``_mills_ratio`` of one float (the same operations as the arrays', so the same
+    values; remembered: a leaf's grids repeat their end points)."""
+    if z >= _ASYMPTOTIC_FROM:
+        return _asymptotic(z)
+    terms = next(n for zmin, n in _CF_TERMS if z >= zmin)
+    return _cf_bracket(z, terms)
+
+
+def _mills_ratio(z):
+    """(R, relative error bound) for the Mills ratio R(z) = Phi(-z) / phi(z), z >= _CF_FROM.
+
+    z >= _ASYMPTOTIC_FROM: R = (1/z) (1 - 1/z^2 + 3/z^4 - 15/z^6 + ...), whose remainder
+    is below the first term left out (Abramowitz & Stegun 7.1.24), u / 16 here;
+    evaluated as s_k = 1 - (2k + 1) w s_{k+1}, w = 1/z^2 <= 1/144, where every s_k lies
+    in [0.78, 1] and (2k + 1) w <= 0.22 damps the roundings: 8u in all.
+    Below: the continued fraction 1/(z + 1/(z + 2/(z + 3/(z + ...)))), whose elements
+    are positive, so consecutive convergents bracket R: |R - R_n| <= |R_n - R_{n+1}|
+    (n from _CF_TERMS).  A convergent is evaluated backwards, v_k = z + k / v_{k+1};
+    its relative error d_k <= u + (k / v_{k+1}) / v_k (u + d_{k+1}) (the factor is below
+    1; computed, with 1e-10 of room for its own rounding), and 1 / v_1 adds u."""
+    z = np.asarray(z, dtype=float)
+    # z = _CF_FROM, where every interval reaching past it from below is cut, and short
+    # calls: one by one (remembered)
+    one = z == _CF_FROM
+    if len(z) - int(one.sum()) < _CF_ARRAY_FROM:
+        out = np.array([_mills_one(x) for x in z.tolist()]).reshape(len(z), 2)
+        return out[:, 0], out[:, 1]
+    r = np.empty(len(z))
+    rel = np.empty(len(z))
+    if one.any():
+        r[one], rel[one] = _mills_one(_CF_FROM)
+    big = z >= _ASYMPTOTIC_FROM
+    if big.any():
+        r[big], rel[big] = _asymptotic(z[big])
+    upper = _ASYMPTOTIC_FROM
+    for zmin, terms in _CF_TERMS:
+        cls = (z >= zmin) & (z < upper) & ~one
+        upper = zmin
+        if cls.any():
+            r[cls], rel[cls] = _cf_bracket(z[cls], terms)
+    return r, rel
+
+
+def _upper_tails(z):
+    """(Phi(-z), error bound) for z >= _CF_FROM (+inf allowed: 0, 0), each distinct z
+    once: phi(z), its exponent z^2 formed exactly as P + Pe (``two_square``), exp to
+    one ulp, (1 - Pe/2) for exp(-Pe/2), three products and the constant: 7u; times the
+    Mills ratio (``_mills_ratio``); plus the UNDERFLOW_FLOOR where phi(z) leaves the
+    normal range."""
+    z = np.asarray(z, dtype=float)
+    val = np.zeros(len(z))
+    err = np.zeros(len(z))
+    live = np.isfinite(z) & (z < _NORMAL_TAIL_ZERO_FROM)
+    err[~live & np.isfinite(z)] = UNDERFLOW_FLOOR
+    if not live.any():
+        return val, err
+    zs = z[live]
+    where = slice(None)
+    if len(zs) >= _CF_ARRAY_FROM:        # each distinct end point once
+        zs, where = np.unique(zs, return_inverse=True)
+    P, Pe = two_square(zs)
     with np.errstate(under="ignore"):
-        tail = np.exp(-0.5 * zf * zf) * (_INV_SQRT_2PI * 1.01) / zf
-    return np.where(far, tail, 0.0)
+        phi = np.exp(-0.5 * P) * (1.0 - 0.5 * Pe) * _INV_SQRT_2PI
+    r, rel = _mills_ratio(zs)
+    v = phi * r
+    bound = (v * (7.0 * _U + rel + 7.0 * _U * rel + _U)) * (1.0 + 1e-9) + UNDERFLOW_FLOOR
+    val[live] = v[where]
+    err[live] = bound[where]
+    return val, err
+
+
+def _one_sided(a, b):
+    """(P(a < Z <= b), error bound) for 0 <= a < b <= inf, a below
+    _NORMAL_TAIL_ZERO_FROM: narrow pieces (``_pieces``) below c = max(a, _CF_FROM),
+    Phi(-c) - Phi(-b) (``_upper_tails``) above it.  A wide interval starting at or above
+    _CF_FROM has b^2 - a^2 >= 1, so Phi(-b) <= e^-1/2 Phi(-a) and the difference cancels
+    by a factor below 2.6; one starting below holds at least the pieces' mass."""
+    c = np.maximum(a, _CF_FROM)
+    mass = np.zeros(len(a))
+    err = np.zeros(len(a))
+    near = a < _CF_FROM
+    if near.any():
+        mass[near], err[near] = _pieces(a[near], np.minimum(b[near], _CF_FROM))
+    far = b > c
+    if far.any():
+        k = int(far.sum())
+        tails, errs = _upper_tails(np.concatenate((c[far], b[far])))
+        hi_c, hi_b, e_c, e_b = tails[:k], tails[k:], errs[:k], errs[k:]
+        d = np.maximum(hi_c - hi_b, 0.0)
+        both = mass[far] + d
+        err[far] = (err[far] + e_c + e_b + _U * d + _U * both) * (1.0 + 1e-9)
+        mass[far] = both
+    return mass, err
+
+
+def _gl12_masses(lo, hi):
+    """P(lo < Z <= hi) for narrow intervals (h (|z| + h) < 1) by 12-point Gauss-Legendre
+    quadrature, with the error bound u (16 + 14 z^2) times the mass plus the
+    UNDERFLOW_FLOOR (``normal_interval_error``)."""
+    half = 0.5 * (hi - lo)
+    mid = 0.5 * (hi + lo)
+    z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
+    with np.errstate(under="ignore"):
+        m = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
+    m = np.maximum(m, 0.0)
+    reach = np.maximum(np.abs(lo), np.abs(hi))
+    return m, _U * (16.0 + 14.0 * reach * reach) * m + UNDERFLOW_FLOOR
+
+
+def _pieces(a, b):
+    """(P(a < Z <= b), error bound) for 0 <= a < b < inf as a sum of narrow pieces (at
+    most (b^2 - a^2) / (2 PIECE_STEP) + 1 of them, each with h (|z| + h) <= 2
+    PIECE_STEP, ``_gl12_masses``), added in order: the pieces' bounds and the sum's
+    rounding, (n - 1) u of the pieces' sum."""
+    count = np.maximum(np.ceil((b - a) * (b + a) / (2.0 * _PIECE_STEP)), 1.0).astype(np.intp)
+    entry = np.repeat(np.arange(len(a)), count)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    j = np.arange(len(entry)) - first[entry] + 1           # piece j's upper end
+    upper = np.where(j == count[entry], b[entry],
+                     np.sqrt(a[entry] * a[entry] + 2.0 * _PIECE_STEP * j))
+    upper = np.minimum(upper, b[entry])
+    lower = np.empty_like(upper)
+    lower[1:] = upper[:-1]
+    lower[first] = a
+    upper = np.maximum(upper, lower)                        # (rounding: never decreasing)
+    m, e = _gl12_masses(lower, upper)
+    m = np.where(upper > lower, m, 0.0)
+    e = np.where(upper > lower, e, 0.0)
+    total = np.bincount(entry, weights=m, minlength=len(a))
+    n = count.astype(float)
+    err = (np.bincount(entry, weights=e, minlength=len(a))
+           + (n - 1.0) * _U * total / (1.0 - n * _U)) * (1.0 + 1e-9)
+    return total, err
+
+
+def _wide_intervals(lo, hi):
+    """(P(lo < Z <= hi), error bound) for wide intervals: each side of 0 by
+    ``_one_sided`` (the left side mirrored, exactly; both sides in one pass), summed
+    (u); a side starting beyond _NORMAL_TAIL_ZERO_FROM holds less than 2^-1074
+    (UNDERFLOW_FLOOR)."""
+    k = len(lo)
+    a = np.concatenate((np.maximum(lo, 0.0), np.maximum(-hi, 0.0)))
+    b = np.concatenate((np.maximum(hi, 0.0), np.maximum(-lo, 0.0)))
+    nonempty = b > a
+    live = nonempty & (a < _NORMAL_TAIL_ZERO_FROM)
+    mass = np.zeros(2 * k)
+    err = np.where(nonempty & ~live, UNDERFLOW_FLOOR, 0.0)
+    if live.any():
+        mass[live], err[live] = _one_sided(a[live], b[live])
+    total = mass[:k] + mass[k:]
+    return total, (err[:k] + err[k:] + _U * total) * (1.0 + 1e-9)
 
 
 def normal_interval_error(lo, hi, mass) -> np.ndarray:
-    """Bound on the absolute error of ``normal_interval_mass``: u (16 + 14 z^2) times the
-    mass, plus what ndtr flushed to 0 at either end (``flushed_tail``) and the
-    ``UNDERFLOW_FLOOR``.
+    """Bound on the absolute error of ``normal_interval_mass`` (whose result ``mass``
+    is; ``normal_interval_mass_and_error`` gives both in one pass).
 
-    CDF branch: scipy's ndtr is taken to be good to 6u z^2 + 4u relative in the tail
-    (measured against mpmath: up to 3.75u z^2, the error of exp(-z^2/2)'s argument), and
-    a wide interval (h (|z| + h) >= 1) cancels by a factor below 2.2 on the tail side:
-    13.2u z^2 + 8.8u, and the difference's rounding.  Quadrature branch: z^2 carries 4u
-    relative, so exp(-z^2/2) loses at most 2u z^2 + 2u; the 12 weighted terms and their
-    sum add at most ~13u; the rule's truncation is below rounding for h (|z| + h) < 1.
-    tests/test_mechanisms.py and tests/test_adversarial_extremes.py check it against
-    60-digit mpmath (the former bound 2u (8 + z^2) was exceeded 1.35 times far out).
+    Narrow intervals (12-point Gauss-Legendre, ``_gl12_masses``): u (16 + 14 z^2) times
+    the mass plus the ``UNDERFLOW_FLOOR``: z^2 carries 4u relative, so exp(-z^2/2) loses
+    at most 2u z^2 + 2u; the 12 weighted terms and their sum add at most ~13u; the
+    rule's truncation is below rounding for h (|z| + h) < 1.  Wide intervals: sums of
+    such pieces and continued-fraction tails (``_wide_intervals``), so scipy's ndtr is
+    not trusted anywhere here.  tests/test_mechanisms.py and
+    tests/test_adversarial_extremes.py check both against 60-digit mpmath.
     """
     lo = np.asarray(lo, dtype=float)
     hi = np.asarray(hi, dtype=float)
+    lo, hi = np.broadcast_arrays(lo, hi)
+    mass = np.broadcast_to(np.asarray(mass, dtype=float), lo.shape)
+    valid, narrow = _classify(lo, hi)
     reach = np.minimum(np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
                                   np.abs(np.where(np.isfinite(hi), hi, 0.0))), 1e4)
-    relative = _U * (16.0 + 14.0 * reach * reach) * np.asarray(mass)
-    with np.errstate(invalid="ignore"):
-        valid = hi > lo
-    return np.where(valid, relative + flushed_tail(lo) + flushed_tail(hi) + UNDERFLOW_FLOOR,
-                    relative)
+    out = np.where(valid, _U * (16.0 + 14.0 * reach * reach) * mass + UNDERFLOW_FLOOR, 0.0)
+    wide = valid & ~narrow
+    if wide.any():
+        out = np.array(out, dtype=float)
+        out[wide] = _wide_intervals(lo[wide], hi[wide])[1]
+    return out
 
 
 def endpoint_mass(z, dz) -> np.ndarray:
@@ -136,28 +343,50 @@ def endpoint_mass(z, dz) -> np.ndarray:
 
 
 def normal_interval_mass(lo, hi) -> np.ndarray:
-    """P(lo < Z <= hi) for a standard normal Z, accurate to a few ulp relative.
+    """P(lo < Z <= hi) for a standard normal Z, with the error ``normal_interval_error``
+    bounds.
 
-    Narrow intervals (where a CDF difference would cancel) are integrated by
-    Gauss-Legendre quadrature; wide ones take the CDF difference on the tail side.
+    Narrow intervals (where a CDF difference would cancel) are integrated by 12-point
+    Gauss-Legendre quadrature; wide ones are sums of such pieces on each side of 0 and
+    continued-fraction tails (``_wide_intervals``), so no library CDF is trusted.
     """
+    return normal_interval_mass_and_error(lo, hi, errors=False)[0]
+
+
+def normal_interval_mass_and_error(lo, hi, errors: bool = True):
+    """(``normal_interval_mass``, ``normal_interval_error``) in one pass (the error None
+    with ``errors=False``)."""
     lo = np.asarray(lo, dtype=float)
     hi = np.asarray(hi, dtype=float)
     lo, hi = np.broadcast_arrays(lo, hi)
     out = np.zeros(lo.shape)
-    valid = hi > lo
-    finite = valid & np.isfinite(lo) & np.isfinite(hi)
-    with np.errstate(invalid="ignore"):
-        width = np.where(finite, hi - lo, np.inf)
-    reach = np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
-                       np.abs(np.where(np.isfinite(hi), hi, 0.0)))
-    narrow = finite & (width * (reach + width) < 1.0)
+    err = np.zeros(lo.shape) if errors else None
+    valid, narrow = _classify(lo, hi)
     if narrow.any():
-        l, h = lo[narrow], hi[narrow]
-        half = 0.5 * (h - l)
-        mid = 0.5 * (h + l)
-        z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
-        out[narrow] = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
+        m, e = _gl12_masses(lo[narrow], hi[narrow])
+        out[narrow] = m
+        if errors:
+            err[narrow] = e
+    wide = valid & ~narrow
+    if wide.any():
+        m, e = _wide_intervals(lo[wide], hi[wide])
+        out[wide] = m
+        if errors:
+            err[wide] = e
+    return np.maximum(out, 0.0), err
+
+
+def _sizing_interval_mass(lo, hi) -> np.ndarray:
+    """``normal_interval_mass`` for sizing grids only (``MechanismPair.loss_spread``):
+    wide intervals take scipy's ndtr difference on the tail side, which is cheaper and
+    keeps the leaf spacings what they were; nothing certified reads these masses."""
+    lo = np.asarray(lo, dtype=float)
+    hi = np.asarray(hi, dtype=float)
+    lo, hi = np.broadcast_arrays(lo, hi)
+    out = np.zeros(lo.shape)
+    valid, narrow = _classify(lo, hi)
+    if narrow.any():
+        out[narrow] = _gl12_masses(lo[narrow], hi[narrow])[0]
     wide = valid & ~narrow
     if wide.any():
         l, h = lo[wide], hi[wide]
@@ -180,34 +409,18 @@ def normal_x_interval_mass(x, mean: float, scale: float):
     evaluated on the same ``x`` describe the same events: a narrow interval is
     integrated from its midpoint and half-width in x, whose rounding moves the
     integrand by a relative exp(R dm) - 1 (R the reach in z, dm the midpoint's error)
-    instead of moving mass across an end point; a wide one takes the CDF difference of
-    the standardised end points and counts the mass within their rounding
-    (``endpoint_mass``), small next to a wide interval's mass
+    instead of moving mass across an end point; a wide one is integrated between the
+    standardised end points (``normal_interval_mass_and_error``) and counts the mass
+    within their rounding (``endpoint_mass``), small next to a wide interval's mass
     (docs/floating-point.md).
     """
-    x = np.asarray(x, dtype=float)
-    lo, hi = x[:-1], x[1:]
-    zl, zh, valid, narrow = _standardised(lo, hi, mean, scale)
-    mass = np.zeros(lo.shape)
-    err = np.zeros(lo.shape)
-    if narrow.any():
-        every = bool(narrow.all())
-        l, h = (lo, hi) if every else (lo[narrow], hi[narrow])
-        m, e = _narrow_masses(l, h, mean, scale)
-        if every:
-            mass, err = m, e
-        else:
-            mass[narrow], err[narrow] = m, e
-    wide = valid & ~narrow
-    if wide.any():
-        mass[wide], err[wide] = _wide_masses(zl[wide], zh[wide], lo[wide], hi[wide], mean,
-                                             scale)
-    return mass, err
+    mass, err = normal_x_interval_masses(x, (mean,), scale)
+    return mass[0], err[0]
 
 
 def _standardised(lo, hi, mean, scale: float):
     """End points in z units, which intervals are non-empty, and which are narrow
-    (h (|z| + h) < 1, integrated by quadrature; the others take a CDF difference)."""
+    (h (|z| + h) < 1, integrated by quadrature; the others by ``_wide_masses``)."""
     with np.errstate(invalid="ignore", over="ignore"):
         zl, zh = (lo - mean) / scale, (hi - mean) / scale
         valid = hi > lo
@@ -220,15 +433,15 @@ def _standardised(lo, hi, mean, scale: float):
 
 
 def _wide_masses(zl, zh, xl, xh, mean, scale: float):
-    """Masses of wide intervals by the CDF difference of the standardised end points
-    ``zl``, ``zh`` (of ``xl``, ``xh``), with their error bounds: the end points carry
-    3u (|x| + |mean|) / scale, and the mass within that of each end may belong to the
-    neighbouring interval (``endpoint_mass``)."""
+    """Masses of wide intervals between the standardised end points ``zl``, ``zh`` (of
+    ``xl``, ``xh``; ``normal_interval_mass_and_error``), with their error bounds: the
+    end points carry 3u (|x| + |mean|) / scale, and the mass within that of each end
+    may belong to the neighbouring interval (``endpoint_mass``)."""
     u = _U
-    m = normal_interval_mass(zl, zh)
+    m, e = normal_interval_mass_and_error(zl, zh)
     dl = 3.03 * u * (np.abs(np.where(np.isfinite(xl), xl, 0.0)) + np.abs(mean)) / scale
     dh = 3.03 * u * (np.abs(np.where(np.isfinite(xh), xh, 0.0)) + np.abs(mean)) / scale
-    return m, (normal_interval_error(zl, zh, m) + endpoint_mass(zl, dl)
+    return m, (e + endpoint_mass(zl, dl)
                + endpoint_mass(zh, dh)) * (1 + 1e-9)
 
 
@@ -319,11 +532,36 @@ def normal_x_interval_masses(x, means, scale: float):
     through the operations it would alone (all of them elementwise), so the numbers are
     those of one call per mean; the batch only saves the calls' fixed costs."""
     x = np.asarray(x, dtype=float)
-    if len(means) == 1 or len(x) > _BATCHED_MEANS_UP_TO:
-        # long rows: the calls' fixed costs are small, batched indexing is not
-        rows = [normal_x_interval_mass(x, m, scale) for m in means]
-        return np.vstack([r[0] for r in rows]), np.vstack([r[1] for r in rows])
     lo, hi = x[:-1], x[1:]
+    if len(means) == 1 or len(x) > _BATCHED_MEANS_UP_TO:
+        # long rows: the narrow intervals one mean at a time (the calls' fixed costs
+        # are small, batched indexing is not), the few wide ones of all means together
+        mass = np.zeros((len(means), len(lo)))
+        err = np.zeros((len(means), len(lo)))
+        wide_rows = []
+        for k, mean in enumerate(means):
+            zl, zh, valid, narrow = _standardised(lo, hi, mean, scale)
+            if narrow.all():
+                mass[k], err[k] = _narrow_masses(lo, hi, mean, scale)
+            elif narrow.any():
+                mass[k, narrow], err[k, narrow] = _narrow_masses(lo[narrow], hi[narrow],
+                                                                 mean, scale)
+            wide = valid & ~narrow
+            if wide.any():
+                wide_rows.append((k, wide, zl[wide], zh[wide], float(mean)))
+        if wide_rows:
+            sel = [np.flatnonzero(w) for _, w, _, _, _ in wide_rows]
+            m, e = _wide_masses(np.concatenate([r[2] for r in wide_rows]),
+                                np.concatenate([r[3] for r in wide_rows]),
+                                np.concatenate([lo[i] for i in sel]),
+                                np.concatenate([hi[i] for i in sel]),
+                                np.concatenate([np.full(len(i), r[4])
+                                                for i, r in zip(sel, wide_rows)]), scale)
+            start = 0
+            for (k, _, _, _, _), i in zip(wide_rows, sel):
+                mass[k, i], err[k, i] = m[start:start + len(i)], e[start:start + len(i)]
+                start += len(i)
+        return mass, err
     mu = np.asarray(means, dtype=float)[:, None]
     shape = (len(mu), len(lo))
     zl, zh, valid, narrow = _standardised(lo, hi, mu, scale)
@@ -503,6 +741,24 @@ class MechanismPair:
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
+    def _sizing_masses(self, t) -> np.ndarray:
+        """The A-masses of ``bucket_masses`` as ``loss_spread`` reads them to size a leaf:
+        the atom-free part from ``_continuous_sizing_masses``, which a pair may compute
+        by a cheaper, uncertified formula (nothing certified reads these)."""
+        t = np.asarray(t, dtype=float)
+        losses, a_at, b_at = self._atoms()
+        a, _ = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        if self.swapped:
+            _, ca = self._continuous_sizing_masses(-t[::-1])
+            ca = ca[::-1]
+        else:
+            ca, _ = self._continuous_sizing_masses(t)
+        return a + ca
+
+    def _continuous_sizing_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
+        """``_continuous_masses`` for ``_sizing_masses`` (by default the same)."""
+        return self._continuous_masses(t)
+
     def bucket_masses_with_error(self, t):
         """Masses as in ``bucket_masses`` plus absolute error bounds for each entry."""
         return self._with_atoms(t, self._continuous_with_error)
@@ -612,7 +868,7 @@ class MechanismPair:
         """A-weighted standard deviation of the finite loss (sizes the leaf spacing)."""
         step = reach / 2000.0
         t = np.arange(-2000, 2001) * step
-        a, _ = self.bucket_masses(t)
+        a = self._sizing_masses(t)
         mids = np.concatenate(([t[0]], t[:-1] + 0.5 * step, [t[-1]]))
         w = a / max(a.sum(), 1e-300)
         mean = float(np.einsum("i,i->", w, mids))
@@ -738,17 +994,22 @@ class SubsampledGaussian(MechanismPair):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return self._inner_parts(t)
 
-    def _continuous_masses(self, t):
+    def _continuous_masses(self, t, interval_mass=normal_interval_mass):
         """The masses of ``_continuous_with_error`` without their error bounds."""
         s = self.noise_multiplier
         q = self.sample_rate
         x = np.concatenate(([-np.inf], self._x_of_loss(t), [np.inf]))
         x = np.maximum.accumulate(x)
-        b = normal_interval_mass(x[:-1] / s, x[1:] / s)
-        a1 = normal_interval_mass((x[:-1] - 1.0) / s, (x[1:] - 1.0) / s)
+        n = len(x) - 1
+        both = interval_mass(np.concatenate((x[:-1] / s, (x[:-1] - 1.0) / s)),
+                             np.concatenate((x[1:] / s, (x[1:] - 1.0) / s)))
+        b, a1 = both[:n], both[n:]
         if q == 1.0:
             return a1, b
         return (1.0 - q) * b + q * a1, b
+
+    def _continuous_sizing_masses(self, t):
+        return self._continuous_masses(t, _sizing_interval_mass)
 
     def _continuous_with_error(self, t):
         s = self.noise_multiplier
@@ -761,8 +1022,8 @@ class SubsampledGaussian(MechanismPair):
         x = np.maximum.accumulate(x)  # guards against rounding making it non-monotone
         z0l, z0h = x[:-1] / s, x[1:] / s
         z1l, z1h = (x[:-1] - 1.0) / s, (x[1:] - 1.0) / s
-        b = normal_interval_mass(z0l, z0h)
-        a1 = normal_interval_mass(z1l, z1h)
+        b, e0 = normal_interval_mass_and_error(z0l, z0h)
+        a1, e1 = normal_interval_mass_and_error(z1l, z1h)
         # events within the end points' error may belong to the neighbouring bucket:
         # their mass joins each bucket's error (z = x / s adds its own rounding)
         ax = np.abs(np.where(np.isfinite(x), x, 0.0))
@@ -771,8 +1032,8 @@ class SubsampledGaussian(MechanismPair):
         m0 = endpoint_mass(x / s, dz0)
         with np.errstate(invalid="ignore"):
             m1 = endpoint_mass((x - 1.0) / s, dz1)
-        eb = normal_interval_error(z0l, z0h, b) + m0[:-1] + m0[1:]
-        ea1 = normal_interval_error(z1l, z1h, a1) + m1[:-1] + m1[1:]
+        eb = e0 + m0[:-1] + m0[1:]
+        ea1 = e1 + m1[:-1] + m1[1:]
         if q == 1.0:
             return a1, b, ea1, eb
         a = (1.0 - q) * b + q * a1
@@ -845,12 +1106,13 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
 
     def _norm_relative_error(self) -> float:
         """Relative error bound of Z = P(|X| <= T) and of dividing by it: the mass's
-        u (16 + 14 z^2) (``normal_interval_error``), the rounding of z = T / sigma (the
-        mass within u z of each end, 2 u z phi(z) / Z <= u) and the division (u)."""
+        ``normal_interval_error`` over Z, the rounding of z = T / sigma (the mass within
+        u z of each end, 2 u z phi(z) / Z <= u) and the division (u)."""
         if self.truncation is None:
             return 0.0
         z = self.truncation / self.sigma
-        return _U * (16.0 + 14.0 * z * z) * 1.001 + 3.0 * _U
+        Z = self._norm()
+        return float(normal_interval_error(-z, z, Z)) / Z * 1.001 + 3.0 * _U
 
     @property
     def mass_relative_error(self) -> float:
@@ -862,8 +1124,8 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         s, T, sd = self.sensitivity, self.truncation, self.sigma
         zl = np.array([-T / sd, (T - s) / sd])
         zh = np.array([(s - T) / sd, T / sd])
-        m = normal_interval_mass(zl, zh)
-        err = (normal_interval_error(zl, zh, m) + endpoint_mass(zl, 2.02 * _U * np.abs(zl))
+        m, err = normal_interval_mass_and_error(zl, zh)
+        err = (err + endpoint_mass(zl, 2.02 * _U * np.abs(zl))
                + endpoint_mass(zh, 2.02 * _U * np.abs(zh)))
         ratio = np.where(m > 0, err / np.where(m > 0, m, 1.0), 0.0)
         return float(np.max(ratio)) * 1.001 + self._norm_relative_error() + 2.0 * _U
@@ -887,6 +1149,17 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
+    def _continuous_sizing_masses(self, t):
+        s, sd = self.sensitivity, self.sigma
+        x = (sd * sd * np.asarray(t, dtype=float) + 0.5 * s * s) / s
+        x = np.concatenate(([-np.inf], x, [np.inf]))
+        if self.truncation is not None:
+            x = np.clip(x, s - self.truncation, self.truncation)
+        Z = self._norm()
+        b = _sizing_interval_mass(x[:-1] / sd, x[1:] / sd)
+        a = _sizing_interval_mass((x[:-1] - s) / sd, (x[1:] - s) / sd)
+        return a / Z, b / Z
+
     def _continuous_with_error(self, t):
         s, sd = self.sensitivity, self.sigma
         x = (sd * sd * np.asarray(t, dtype=float) + 0.5 * s * s) / s
@@ -897,8 +1170,8 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
         Z = self._norm()
         zb = (x[:-1] / sd, x[1:] / sd)
         za = ((x[:-1] - s) / sd, (x[1:] - s) / sd)
-        b = normal_interval_mass(*zb)
-        a = normal_interval_mass(*za)
+        b, eb_mass = normal_interval_mass_and_error(*zb)
+        a, ea_mass = normal_interval_mass_and_error(*za)
         rel_z = self._norm_relative_error()
         # events within the end points' round-off (six roundings of x, then the
         # standardisation) may belong to the neighbouring bucket: their mass joins both
@@ -913,8 +1186,8 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
             mb = endpoint_mass(x / sd, dzb)
             ma = endpoint_mass((x - s) / sd, dza)
         return (a / Z, b / Z,
-                (normal_interval_error(*za, a) + ma[:-1] + ma[1:]) / Z + rel_z * a,
-                (normal_interval_error(*zb, b) + mb[:-1] + mb[1:]) / Z + rel_z * b)
+                (ea_mass + ma[:-1] + ma[1:]) / Z + rel_z * a,
+                (eb_mass + mb[:-1] + mb[1:]) / Z + rel_z * b)
 
     def _continuous_with_displacement(self, t):
         """Masses of the x-intervals between the computed end points (exact event sets);

@@ -23,8 +23,7 @@ from scipy import special
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
 from .mechanisms import (DiscretePair, MechanismPair, endpoint_mass,
-                         normal_interval_error, normal_interval_mass,
-                         normal_x_interval_mass)
+                         normal_interval_mass_and_error, normal_x_interval_mass)
 
 
 @dataclass(frozen=True)
@@ -187,12 +186,9 @@ class SymmetricSubsampledGaussian(MechanismPair):
         z0l, z0h = x[:-1] / s, x[1:] / s
         zpl, zph = (x[:-1] - 1.0) / s, (x[1:] - 1.0) / s
         zml, zmh = (x[:-1] + 1.0) / s, (x[1:] + 1.0) / s
-        m0 = normal_interval_mass(z0l, z0h)
-        mp = normal_interval_mass(zpl, zph)
-        mm = normal_interval_mass(zml, zmh)
-        e0 = normal_interval_error(z0l, z0h, m0)
-        ep = normal_interval_error(zpl, zph, mp)
-        em = normal_interval_error(zml, zmh, mm)
+        m0, e0 = normal_interval_mass_and_error(z0l, z0h)
+        mp, ep = normal_interval_mass_and_error(zpl, zph)
+        mm, em = normal_interval_mass_and_error(zml, zmh)
         # the end points' distance to the exact ones, in z units (plus the rounding of
         # standardising them: 2u of |x| + 1, over s)
         xe = x[1:-1]

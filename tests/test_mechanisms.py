@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from pb_accountant import DiscretePair, Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
+from pb_accountant import mechanisms
 from pb_accountant.mechanisms import (_GL_RULES, UNDERFLOW_FLOOR, gauss_legendre, laplace_interval_mass,
                                       laplace_relative_error, normal_interval_error,
-                                      normal_interval_mass, normal_x_interval_mass)
+                                      normal_interval_mass, normal_interval_mass_and_error,
+                                      normal_x_interval_mass)
 
 try:
     import mpmath
@@ -53,10 +55,10 @@ def test_normal_interval_mass_random(rng):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_error_bounds_hold_where_masses_underflow(seed):
-    """Near and past the underflow threshold (|z| 35 to 41: ndtr returns subnormals, then
-    0 from |z| = 37.68; exp(-z^2/2) underflows from 38.6) the error bounds still cover
-    the exact masses, with no tolerance: the Mills-ratio bound where ndtr flushed and the
-    absolute floor for subnormal results (docs/floating-point.md, "Underflow")."""
+    """Near and past the underflow threshold (|z| 35 to 41: exp(-z^2/2) turns subnormal,
+    then underflows from 38.6) the error bounds still cover the exact masses, with no
+    tolerance: the absolute floor for subnormal results (docs/floating-point.md,
+    "Underflow")."""
     need_mpmath()
     rng = np.random.default_rng(seed)
     n = 150
@@ -86,13 +88,124 @@ def test_error_bounds_hold_where_masses_underflow(seed):
 
 
 def test_a_flushed_end_point_is_covered():
-    """ndtr(-37.82) flushes a true 3e-313 to 0; the bound must still cover it."""
+    """A true 3e-313 at -37.82 (which scipy's ndtr flushed to 0, when wide intervals
+    took its difference) is covered."""
     need_mpmath()
     x = np.array([-37.81917731947399, -37.32099905125662])
     v, e = normal_x_interval_mass(x, 0.0, 1.0)
     exact = mp_mass(mpmath.mpf(x[0]), mpmath.mpf(x[1]))
     assert abs(mpmath.mpf(float(v[0])) - exact) <= mpmath.mpf(float(e[0]))
 
+
+
+U = 2.0 ** -53
+
+
+def wide_intervals(rng, n):
+    """Wide intervals (h (|z| + h) >= 1) of every kind: infinite ends, across 0, far
+    tails on both sides, barely wide ones."""
+    a = rng.uniform(-41.0, 41.0, n)
+    kind = rng.integers(0, 4, n)
+    width = np.where(kind == 0, np.inf, np.exp(rng.uniform(np.log(0.05), np.log(60.0), n)))
+    lo = np.where(rng.random(n) < 0.5, a, -np.inf)
+    lo = np.where(kind == 1, a, lo)
+    hi = np.where(np.isfinite(lo), lo + width, a)
+    # barely wide: h (|z| + h) just above 1
+    reach = np.abs(a) + 1.0
+    barely = kind == 2
+    lo = np.where(barely, a, lo)
+    hi = np.where(barely, a + 1.02 / reach, hi)
+    lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+    fixed = [(-np.inf, np.inf), (-np.inf, 0.0), (0.0, np.inf), (-1.0, 1.0), (-3.0, 5.0),
+             (2.9, 3.6), (3.0, 3.5), (2.99, 13.0), (8.0, np.inf), (-np.inf, -12.0),
+             (38.95, np.inf), (-39.5, -38.0), (11.9, 12.2), (0.0, 1.1)]
+    lo = np.concatenate((lo, [f[0] for f in fixed]))
+    hi = np.concatenate((hi, [f[1] for f in fixed]))
+    valid, narrow = mechanisms._classify(lo, hi)
+    return lo[valid & ~narrow], hi[valid & ~narrow]
+
+
+def mp_exact(lo, hi):
+    lo = mpmath.mpf(lo) if np.isfinite(lo) else (mpmath.ninf if lo < 0 else mpmath.inf)
+    hi = mpmath.mpf(hi) if np.isfinite(hi) else (mpmath.ninf if hi < 0 else mpmath.inf)
+    if lo >= 0:
+        return mpmath.ncdf(-lo) - mpmath.ncdf(-hi)
+    if hi <= 0:
+        return mpmath.ncdf(hi) - mpmath.ncdf(lo)
+    return 1 - mpmath.ncdf(lo) - mpmath.ncdf(-hi)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_wide_interval_masses_within_their_proven_bounds(seed):
+    """Wide intervals are sums of narrow pieces and continued-fraction tails: within
+    their bound of 60-digit mpmath, and the bound is tight (at most 200u of the mass
+    plus the underflow floor's few multiples; it was u (16 + 14 z^2) on an ndtr
+    difference, about 22,000u at z = 40)."""
+    need_mpmath()
+    lo, hi = wide_intervals(np.random.default_rng(seed), 400)
+    assert len(lo) > 250
+    m, e = normal_interval_mass_and_error(lo, hi)
+    assert np.array_equal(m, normal_interval_mass(lo, hi))
+    assert np.array_equal(e, normal_interval_error(lo, hi, m))
+    worst = 0.0
+    for l, h, v, b in zip(lo, hi, m, e):
+        exact = mp_exact(l, h)
+        assert abs(mpmath.mpf(float(v)) - exact) <= mpmath.mpf(float(b)), (l, h)
+        if exact > 1e-290:
+            worst = max(worst, float(b / exact) / U)
+    assert worst < 200.0
+
+
+def test_wide_interval_masses_trust_no_library_cdf(monkeypatch):
+    """The certified masses never call scipy's ndtr: with it broken, every pair's
+    certified buckets still come out (and equal what they were)."""
+    rng = np.random.default_rng(5)
+    lo, hi = wide_intervals(rng, 200)
+    before = normal_interval_mass_and_error(lo, hi)
+    pairs = [SubsampledGaussian(0.8, 0.01), SubsampledGaussian(3.0, 1e-4).mirrored(),
+             Gaussian(1.5), Gaussian(2.0, truncation=5.0)]
+    t = np.linspace(-2.0, 4.0, 301)
+    masses = [(p.bucket_masses_with_error(t), p.bucket_masses_with_displacement(t))
+              for p in pairs]
+
+    def broken(*args, **kwargs):
+        raise AssertionError("scipy.special.ndtr called by a certified mass")
+    monkeypatch.setattr(mechanisms.special, "ndtr", broken)
+    after = normal_interval_mass_and_error(lo, hi)
+    assert all(np.array_equal(x, y) for x, y in zip(before, after))
+    for p, (with_error, with_shift) in zip(pairs, masses):
+        for x, y in zip(with_error, p.bucket_masses_with_error(t)):
+            assert np.array_equal(x, y)
+        for x, y in zip(with_shift, p.bucket_masses_with_displacement(t)):
+            assert np.array_equal(x, y)
+
+
+def test_mills_ratio_brackets_the_exact_one():
+    """R(z) = Phi(-z) / phi(z) by the continued fraction (3 <= z < 12) and the
+    asymptotic series (z >= 12): within the relative bound of 40-digit mpmath, the
+    bound below 10u, and one z at a time gives the same bits as an array of them."""
+    need_mpmath()
+    z = np.concatenate((np.linspace(3.0, 39.0, 361), [3.0, 3.0, 4.0, 4.999999, 6.5, 8.0,
+                                                      11.999999, 12.0]))
+    r, rel = mechanisms._mills_ratio(z)
+    for zi, ri, ei in zip(z, r, rel):
+        exact = mpmath.ncdf(-mpmath.mpf(zi)) / mpmath.npdf(mpmath.mpf(zi))
+        assert abs(mpmath.mpf(float(ri)) - exact) <= mpmath.mpf(float(ei)) * exact, zi
+    assert float(np.max(rel)) < 10 * U
+    one = np.array([mechanisms._mills_ratio(np.array([zi])) for zi in z])[:, :, 0]
+    assert np.array_equal(one[:, 0], r) and np.array_equal(one[:, 1], rel)
+
+
+def test_sizing_reads_the_same_masses_up_to_round_off():
+    """``loss_spread`` sizes leaves from ``_sizing_masses`` (an ndtr difference for wide
+    intervals, cheaper and what the spacings were chosen with), which agree with the
+    certified A-masses to round-off."""
+    t = np.linspace(-1.0, 3.0, 801)
+    for p in (SubsampledGaussian(1.1, 0.01), SubsampledGaussian(0.6, 1e-5).mirrored(),
+              Gaussian(2.0)):
+        a = p.bucket_masses(t)[0]
+        s = p._sizing_masses(t)
+        assert np.allclose(s, a, rtol=1e-11, atol=1e-300)
 
 
 @pytest.mark.parametrize("n", [4, 6, 8, 12])
