@@ -77,6 +77,7 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 #: off by up to 2^-1075 absolutely, a mass takes fewer than 32 such operations and each
 #: is scaled by a factor below 4 afterwards (docs/floating-point.md, "Underflow").
 UNDERFLOW_FLOOR = 2.0 ** -1067
+
 #: A wide interval's mass is computed on each side of 0 without a library CDF (only exp
 #: is trusted, as for narrow intervals): a sum of narrow pieces near 0, whose ends z_j
 #: (from the end nearer 0) satisfy z_j^2 = z_0^2 + 2 j PIECE_STEP, so that each piece has
@@ -373,7 +374,9 @@ def normal_interval_mass_and_error(lo, hi, errors: bool = True):
         out[wide] = m
         if errors:
             err[wide] = e
-    return np.maximum(out, 0.0), err
+    # a mass is at most 1 (the pieces of the whole line add up to 1 + 2u): clipping only
+    # moves it toward the true mass
+    return np.clip(out, 0.0, 1.0), err
 
 
 def _sizing_interval_mass(lo, hi) -> np.ndarray:

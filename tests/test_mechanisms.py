@@ -147,6 +147,7 @@ def test_wide_interval_masses_within_their_proven_bounds(seed):
     m, e = normal_interval_mass_and_error(lo, hi)
     assert np.array_equal(m, normal_interval_mass(lo, hi))
     assert np.array_equal(e, normal_interval_error(lo, hi, m))
+    assert m.max() <= 1.0 and normal_interval_mass(-np.inf, np.inf) == 1.0
     worst = 0.0
     for l, h, v, b in zip(lo, hi, m, e):
         exact = mp_exact(l, h)
