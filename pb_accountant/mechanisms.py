@@ -302,7 +302,8 @@ def _wide_intervals(lo, hi):
 
 def normal_interval_error(lo, hi, mass) -> np.ndarray:
     """Bound on the absolute error of ``normal_interval_mass`` (whose result ``mass``
-    is; ``normal_interval_mass_and_error`` gives both in one pass).
+    is; the bound is that of ``normal_interval_mass_and_error``, which gives both in one
+    pass and is what the pairs call).
 
     Narrow intervals (12-point Gauss-Legendre, ``_gl12_masses``): u (16 + 14 z^2) times
     the mass plus the ``UNDERFLOW_FLOOR``: z^2 carries 4u relative, so exp(-z^2/2) loses
@@ -312,19 +313,7 @@ def normal_interval_error(lo, hi, mass) -> np.ndarray:
     not trusted anywhere here.  tests/test_mechanisms.py and
     tests/test_adversarial_extremes.py check both against 60-digit mpmath.
     """
-    lo = np.asarray(lo, dtype=float)
-    hi = np.asarray(hi, dtype=float)
-    lo, hi = np.broadcast_arrays(lo, hi)
-    mass = np.broadcast_to(np.asarray(mass, dtype=float), lo.shape)
-    valid, narrow = _classify(lo, hi)
-    reach = np.minimum(np.maximum(np.abs(np.where(np.isfinite(lo), lo, 0.0)),
-                                  np.abs(np.where(np.isfinite(hi), hi, 0.0))), 1e4)
-    out = np.where(valid, _U * (16.0 + 14.0 * reach * reach) * mass + UNDERFLOW_FLOOR, 0.0)
-    wide = valid & ~narrow
-    if wide.any():
-        out = np.array(out, dtype=float)
-        out[wide] = _wide_intervals(lo[wide], hi[wide])[1]
-    return out
+    return normal_interval_mass_and_error(lo, hi)[1]
 
 
 def endpoint_mass(z, dz) -> np.ndarray:
