@@ -368,6 +368,72 @@ def normal_interval_mass_and_error(lo, hi, errors: bool = True):
     return np.clip(out, 0.0, 1.0), err
 
 
+#: 0.5 log(2 pi) rounded to the nearest double (its rounding, below u of it, is charged)
+_HALF_LOG_2PI = 0.91893853320467274178
+#: relative error allowed to numpy's log and log1p (docs/floating-point.md: the library
+#: functions are taken to be accurate to a few ulp)
+_LOG_RELATIVE = 4.0 * _U
+#: |x| beyond which x^2 is not formed (log Phi(x) is then answered as -inf, with an
+#: infinite error bound, for x < 0, and 0 for x > 0)
+_LOG_CDF_REACH = 1e150
+
+
+def normal_log_cdf_and_error(x):
+    """(log Phi(x), absolute error bound) for a standard normal, elementwise, from the
+    proven masses above (no library CDF):
+
+    * x >= 0: log1p(-T), T = Phi(-x) with its error e (``normal_interval_mass_and_error``):
+      |log1p(-T') - log1p(-T)| <= e / (1 - T' - e);
+    * -_CF_FROM < x < 0: log m, m = Phi(x) >= Phi(-3) with its error e: at most
+      e / (m - e);
+    * x <= -_CF_FROM: -x^2/2 - log sqrt(2 pi) + log R(-x), x^2 exact as P + Pe
+      (``two_square``), R the Mills ratio bracketed by ``_mills_ratio`` (relative r:
+      log R is off by at most r / (1 - r)), three sums rounded (u each) and the
+      constant's rounding; this never underflows (log Phi(-38) is about -727).
+
+    log and log1p add _LOG_RELATIVE of the result.  x = -inf gives (-inf, 0); |x| above
+    _LOG_CDF_REACH gives (0, UNDERFLOW_FLOOR) right of 0 and (-inf, inf) left of it.
+    """
+    x = np.asarray(x, dtype=float)
+    shape = x.shape
+    x = x.reshape(-1)
+    if np.isnan(x).any():
+        raise ValueError("normal_log_cdf_and_error: x must not be NaN")
+    val = np.zeros(len(x))
+    err = np.zeros(len(x))
+    u = _U
+    right = (x >= 0.0) & (x <= _LOG_CDF_REACH)
+    if right.any():
+        t, e = normal_interval_mass_and_error(x[right], np.inf)
+        v = np.log1p(-t)
+        val[right] = v
+        err[right] = (e / (1.0 - t - e) + _LOG_RELATIVE * np.abs(v)) * (1.0 + 1e-9)
+    beyond = x > _LOG_CDF_REACH
+    err[beyond] = UNDERFLOW_FLOOR
+    mid = (x < 0.0) & (x > -_CF_FROM)
+    if mid.any():
+        m, e = normal_interval_mass_and_error(-np.inf, x[mid])
+        v = np.log(m)
+        val[mid] = v
+        err[mid] = (e / (m - e) + _LOG_RELATIVE * np.abs(v)) * (1.0 + 1e-9)
+    far = (x <= -_CF_FROM) & (x >= -_LOG_CDF_REACH)
+    if far.any():
+        z = -x[far]
+        P, Pe = two_square(z)
+        r, rel = _mills_ratio(z)
+        s1 = -0.5 * P - _HALF_LOG_2PI
+        s2 = s1 - 0.5 * Pe
+        lr = np.log(r)
+        v = s2 + lr
+        val[far] = v
+        err[far] = (u * (np.abs(s1) + np.abs(s2) + np.abs(v) + _HALF_LOG_2PI)
+                    + rel / (1.0 - rel) + _LOG_RELATIVE * np.abs(lr)) * (1.0 + 1e-9)
+    gone = x < -_LOG_CDF_REACH
+    val[gone] = -np.inf
+    err[gone & np.isfinite(x)] = np.inf
+    return val.reshape(shape), err.reshape(shape)
+
+
 def _sizing_interval_mass(lo, hi) -> np.ndarray:
     """``normal_interval_mass`` for sizing grids only (``MechanismPair.loss_spread``):
     wide intervals take scipy's ndtr difference on the tail side, which is cheaper and

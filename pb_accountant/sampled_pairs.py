@@ -23,7 +23,11 @@ from scipy import special
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
 from .mechanisms import (DiscretePair, MechanismPair, endpoint_mass,
-                         normal_interval_mass_and_error, normal_x_interval_mass)
+                         normal_interval_mass_and_error, normal_log_cdf_and_error,
+                         normal_x_interval_mass)
+
+#: 1 / sqrt(2 pi) (for a bound on phi, with 0.1% of room for its rounding)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 @dataclass(frozen=True)
@@ -241,33 +245,6 @@ class SymmetricSubsampledGaussian(MechanismPair):
 
 # -- the shuffle lower-bound pair -------------------------------------------------------
 
-def log_ndtr_relative_error(x):
-    """Bound on the relative error of :func:`_log_ndtr`: 4u (8 + x^2).
-
-    ndtr(x) = erfc(-x / sqrt 2) / 2 carries about 2u (8 + x^2) relative error (the
-    argument's rounding is amplified by x^2, as in normal_interval_error); log1p keeps
-    it relative right of 0, and left of 0 |log Phi| >= log 2 turns the absolute error of
-    log into at most twice as much relative.  tests/test_samplers_api.py checks it
-    against 50-digit mpmath.
-    """
-    x = np.minimum(np.abs(np.asarray(x, dtype=float)), 100.0)
-    return 4.0 * _U * (8.0 + x * x)
-
-
-def _log_ndtr(x):
-    """log Phi(x), relatively accurate: log1p(-Phi(-x)) right of 0, log(Phi(x)) left of
-    it, scipy's asymptotic log_ndtr below -20."""
-    x = np.asarray(x, dtype=float)
-    out = np.empty_like(x)
-    right = x > 0.0
-    far = x < -20.0
-    mid = ~right & ~far
-    out[right] = np.log1p(-special.ndtr(-x[right]))
-    out[mid] = np.log(special.ndtr(x[mid]))
-    out[far] = special.log_ndtr(x[far])
-    return out
-
-
 def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.02,
                           floor: float = -600.0, max_bins: int = 20_000):
     """Binned distribution of max_j Y_j / s over one epoch's B batches (z = x / s).
@@ -276,24 +253,23 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
     one batch is shifted by ``shift`` = sensitivity / s: CDF Phi(z)^(B-1) Phi(z - shift).
     Returns (edges, a, b, rel_err): the masses of (-inf, e_0], (e_0, e_1], ...,
     (e_{K-1}, inf) and a bound on the relative error of every mass (each mass is
-    exp(G(hi)) * (-expm1(G(lo) - G(hi))) with G = log CDF, whose absolute error follows
-    from log_ndtr_relative_error).
+    exp(G(hi)) * (-expm1(G(lo) - G(hi))) with G = log CDF, whose absolute error
+    ``_log_cdfs`` bounds from the proven log Phi, ``normal_log_cdf_and_error``).
     """
     B = check_count("batches", batches, minimum=1)
     d = check_real("shift", shift, low=0.0, low_open=True)
-    # left end: both log-CDFs >= floor (every mass a normal float); right end: at most
-    # z = 37, where the upper tails 1 - F are still normal floats (relative accuracy)
-    lo = -40.0
+    # left end: both log-CDFs >= floor (every mass a normal float), searched in steps
+    # of 0.25 from -40; right end: at most z = 37, where the upper tails 1 - F are
+    # still normal floats (relative accuracy)
     hi = min(12.0 + d, 37.0)
-    for _ in range(400):
-        if min(float(_G(np.array([lo]), B, d, "a")[0]),
-               float(_G(np.array([lo]), B, d, "b")[0])) >= floor or lo >= hi - 1.0:
-            break
-        lo += 0.25
+    starts = -40.0 + 0.25 * np.arange(400)
+    ga, _, gb, _ = _log_cdfs(starts, B, d)
+    ok = (np.minimum(ga, gb) >= floor) | (starts >= hi - 1.0)
+    lo = float(starts[np.argmax(ok)]) if ok.any() else -40.0 + 0.25 * 400
     h = max(min(resolution, resolution / d), (hi - lo) / max_bins)
     n = int(math.ceil((hi - lo) / h))
     fine = lo + (hi - lo) * np.arange(n + 1) / n
-    ga, gb = _G(fine, B, d, "a"), _G(fine, B, d, "b")
+    ga, ea, gb, eb = _log_cdfs(fine, B, d)
     # keep only edges where both computed log-CDFs strictly increase: merging bins is
     # post-processing, and no kept bin has a zero or cancelled mass
     keep = [0]
@@ -303,8 +279,7 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
     edges = fine[keep]
     out = []
     errs = []
-    for side in ("a", "b"):
-        G, eG = _G(edges, B, d, side), _G_error(edges, B, d, side)
+    for G, eG in ((ga[keep], ea[keep]), (gb[keep], eb[keep])):
         delta = G[:-1] - G[1:]                       # log F(lo) - log F(hi) < 0
         inner = np.exp(G[1:]) * -np.expm1(delta)
         first = np.exp(G[0])
@@ -324,20 +299,31 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
     return edges, a, b, 1.02 * rel
 
 
-def _G(z, B, d, side):
-    lp = _log_ndtr(z)
-    if side == "b":
-        return B * lp
-    return (B - 1) * lp + _log_ndtr(z - d)
+def _log_cdfs(z, B, d):
+    """(G_a, its error bound, G_b, its error bound) at z for the max's log-CDFs:
+    G_a = (B - 1) log Phi(z) + log Phi(z - d), G_b = B log Phi(z), z exact (the bin
+    edges); absolute error bounds.
 
-
-def _G_error(z, B, d, side):
-    """Absolute error bound of the computed _G."""
-    lp = np.abs(_log_ndtr(z)) * (log_ndtr_relative_error(z) + 2 * _U)
-    if side == "b":
-        return B * lp
-    lq = np.abs(_log_ndtr(z - d)) * (log_ndtr_relative_error(z - d) + 2 * _U)
-    return (B - 1) * lp + lq + 2 * _U * np.abs(_G(z, B, d, side))
+    log Phi comes with its proven error (``normal_log_cdf_and_error``).  z - d is
+    rounded, and d = sensitivity / s was too (relative u each), so the argument is off
+    by at most D = 1.01 u (|d| + |z - d|).  log Phi's slope phi / Phi is at most |x| + 2
+    (Gordon's inequality R(t) >= t / (t^2 + 1) for x = -t <= -1/2, and below 1.2
+    elsewhere) and, right of 0, at most 2 phi(x) (Phi >= 1/2, phi falling): D costs
+    (|x| + D + 2.5) D, or 2 phi(x - D) D where x - D > 0.  The products by B - 1 and B
+    and the sum round by at most 2u |G| (the terms share their sign)."""
+    lp, ep = normal_log_cdf_and_error(z)
+    gb = B * lp
+    eb = (B * ep + 2 * _U * np.abs(gb)) * (1.0 + 1e-9)
+    x = z - d
+    lq, eq = normal_log_cdf_and_error(x)
+    moved = 1.01 * _U * (abs(d) + np.abs(x))
+    near = np.maximum(x - moved, 0.0)
+    with np.errstate(under="ignore"):
+        slope = np.where(x - moved > 0.0, 2.002 * _INV_SQRT_2PI * np.exp(-0.5 * near * near),
+                         np.abs(x) + moved + 2.5)
+    eq = eq + slope * moved
+    ga = (B - 1) * lp + lq
+    return ga, ((B - 1) * ep + eq + 2 * _U * np.abs(ga)) * (1.0 + 1e-9), gb, eb
 
 
 @dataclass(frozen=True)

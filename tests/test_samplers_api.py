@@ -15,8 +15,9 @@ import pytest
 from _pb_contract import PbAccountantContract
 from pb_accountant import (NEIGHBOURING, SAMPLERS, PrivacyBucketsAccountant,
                            find_noise_multiplier, find_steps)
-from pb_accountant.sampled_pairs import (SymmetricSubsampledGaussian, _log_ndtr,
-                                         log_ndtr_relative_error, max_of_batches_masses)
+from pb_accountant.mechanisms import normal_log_cdf_and_error
+from pb_accountant.sampled_pairs import (SymmetricSubsampledGaussian, _log_cdfs,
+                                         max_of_batches_masses)
 from pb_accountant.samplers import SHUFFLE_NOTE, epochs
 
 CIFAR = dict(dataset_size=50_000, batch_size=256)
@@ -224,16 +225,23 @@ def test_symmetric_pair_inverts_its_loss():
         np.testing.assert_allclose(back, t, rtol=1e-9, atol=1e-9)
 
 
-def test_log_ndtr_and_max_of_batches_masses_meet_their_error_bounds():
+def test_log_cdf_and_max_of_batches_masses_meet_their_error_bounds():
     mpmath = pytest.importorskip("mpmath")
     mpmath.mp.dps = 50
-    xs = np.concatenate((np.linspace(-38, 37, 1201), [-1e-3, 1e-3, 0.0, -50.0, -300.0, -1e4]))
-    got = _log_ndtr(xs)
-    for x, g in zip(xs, got):
+    rng = np.random.default_rng(3)
+    xs = np.concatenate((np.linspace(-38, 37, 1201), rng.uniform(-3.2, 3.2, 200),
+                         -np.exp(rng.uniform(1.0, 9.0, 100)),
+                         [-1e-3, 1e-3, 0.0, -3.0, np.nextafter(-3.0, 0.0), -12.0, -50.0,
+                          -300.0, -1e4, 39.0, 60.0]))
+    got, bound = normal_log_cdf_and_error(xs)
+    assert np.all(np.isfinite(got)) and np.all(np.isfinite(bound))
+    for x, g, b in zip(xs, got, bound):
         mx = mpmath.mpf(float(x))
         exact = mpmath.log1p(-mpmath.ncdf(-mx)) if x > 0 else mpmath.log(mpmath.ncdf(mx))
-        bound = float(log_ndtr_relative_error(x))
-        assert abs(mpmath.mpf(float(g)) - exact) <= bound * abs(exact)
+        assert abs(mpmath.mpf(float(g)) - exact) <= b, x
+        if exact < -1e-300:
+            # the bound is relative-sized: under 120u of |log Phi| wherever it is normal
+            assert b <= 120 * 2.0 ** -53 * abs(float(exact)), x
     mpmath.mp.dps = 120
 
     def log_phi(z):
@@ -267,6 +275,41 @@ def test_log_ndtr_and_max_of_batches_masses_meet_their_error_bounds():
             eb = interval(log_fb, bounds[k], bounds[k + 1])
             assert abs(a[k] - ea) <= rel * ea, (B, shift, k)
             assert abs(b[k] - eb) <= rel * eb, (B, shift, k)
+
+
+def test_max_of_batches_log_cdf_brackets_the_exact_shift():
+    """G's bound covers the rounding of d = sensitivity / sigma and of z - d: the exact
+    log-CDF of the true shift lies within it."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    z = np.concatenate((np.linspace(-40, 37, 78), [-3.0, 0.0, 2.9, 12.5]))
+    for B, sigma, sens in [(1, 0.7, 1), (7, 1.1, 2), (196, 3.0, 1), (50, 0.05, 2)]:
+        d = sens / sigma
+        g, e, gb, eb = _log_cdfs(z, B, d)
+        exact_d = mpmath.mpf(sens) / mpmath.mpf(sigma)
+
+        def log_phi(x):
+            return mpmath.log1p(-mpmath.ncdf(-x)) if x > 0 else mpmath.log(mpmath.ncdf(x))
+
+        for zk, gk, ek in zip(z, g, e):
+            mz = mpmath.mpf(float(zk))
+            exact = (B - 1) * log_phi(mz) + log_phi(mz - exact_d)
+            assert abs(mpmath.mpf(float(gk)) - exact) <= ek, (B, sigma, zk)
+        for zk, gk, ek in zip(z, gb, eb):
+            exact = B * log_phi(mpmath.mpf(float(zk)))
+            assert abs(mpmath.mpf(float(gk)) - exact) <= ek, (B, zk)
+
+
+def test_max_of_batches_masses_trust_no_library_cdf(monkeypatch):
+    import scipy.special
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a library normal CDF was called")
+
+    for name in ("ndtr", "log_ndtr", "erf", "erfc", "ndtri"):
+        monkeypatch.setattr(scipy.special, name, refuse)
+    edges, a, b, rel = max_of_batches_masses(196, 1.0 / 1.1)
+    assert 0 < rel < 1e-9 and np.all(a > 0) and np.all(b > 0)
 
 
 def test_shuffle_target_size_under_two_seconds_is_a_benchmark_not_a_test():
