@@ -434,6 +434,93 @@ def normal_log_cdf_and_error(x):
     return val.reshape(shape), err.reshape(shape)
 
 
+#: widenings ``normal_quantile_bracket`` tries (each quadruples the half-width), and
+#: bisections it then takes back down where the centre was off
+_QUANTILE_TRIES = 30
+_QUANTILE_BISECTIONS = 120
+
+
+def normal_quantile_bracket(p):
+    """(lo, hi) with Phi(lo) <= p <= Phi(hi), elementwise: a certified bracket of the
+    standard normal quantile Phi^-1(p) for p in [0, 1].
+
+    scipy's ndtri only proposes the centre z0; each end is checked with the proven log
+    Phi (``normal_log_cdf_and_error``): log Phi(lo) plus its error at most log p minus
+    _LOG_RELATIVE of it, log Phi(hi) minus its error at least log p plus that (sums
+    rounded outward).  The half-width starts at 2^-42 (1 + |z0|) and is quadrupled where
+    an end fails (then bisected back, each midpoint checked the same way); an end still
+    unproven after _QUANTILE_TRIES is -inf or inf (valid).
+    p = 0 gives (-inf, -inf), p = 1 (inf, inf).
+    """
+    p = np.asarray(p, dtype=float)
+    shape = p.shape
+    p = p.reshape(-1)
+    if np.isnan(p).any() or (p < 0.0).any() or (p > 1.0).any():
+        raise ValueError("normal_quantile_bracket: p must lie in [0, 1]")
+    lo = np.where(p < 1.0, -np.inf, np.inf)
+    hi = np.where(p > 0.0, np.inf, -np.inf)
+    inner = (p > 0.0) & (p < 1.0)
+    if inner.any():
+        q = p[inner]
+        lq = np.log(q)
+        room = _LOG_RELATIVE * np.abs(lq) * (1.0 + 1e-9)
+        below = np.nextafter(lq - room, -np.inf)      # <= log p
+        above = np.nextafter(lq + room, np.inf)       # >= log p
+        z0 = special.ndtri(q)
+        half = 2.0 ** -42 * (1.0 + np.abs(z0))
+        got_lo = np.full(len(q), -np.inf)
+        got_hi = np.full(len(q), np.inf)
+        need_lo = np.ones(len(q), dtype=bool)
+        need_hi = np.ones(len(q), dtype=bool)
+        for _ in range(_QUANTILE_TRIES):
+            if need_lo.any():
+                cand = z0[need_lo] - half[need_lo]
+                v, e = normal_log_cdf_and_error(cand)
+                ok = np.nextafter(v + e, np.inf) <= below[need_lo]
+                idx = np.flatnonzero(need_lo)
+                got_lo[idx[ok]] = cand[ok]
+                need_lo[idx[ok]] = False
+            if need_hi.any():
+                cand = z0[need_hi] + half[need_hi]
+                v, e = normal_log_cdf_and_error(cand)
+                ok = np.nextafter(v - e, -np.inf) >= above[need_hi]
+                idx = np.flatnonzero(need_hi)
+                got_hi[idx[ok]] = cand[ok]
+                need_hi[idx[ok]] = False
+            if not (need_lo.any() or need_hi.any()):
+                break
+            half = np.where(need_lo | need_hi, 4.0 * half, half)
+        # where the centre was off (the bracket had to widen), bisect back down to about
+        # the first width, each midpoint checked like the ends
+        aim = 2.0 ** -42 * (1.0 + np.minimum(np.abs(got_lo), np.abs(got_hi)))
+        for _ in range(_QUANTILE_BISECTIONS):
+            wide = np.flatnonzero(np.isfinite(got_lo) & np.isfinite(got_hi)
+                                  & (got_hi - got_lo > 4.0 * aim))
+            if not len(wide):
+                break
+            mid = 0.5 * (got_lo[wide] + got_hi[wide])
+            v, e = normal_log_cdf_and_error(mid)
+            up = np.nextafter(v + e, np.inf) <= below[wide]
+            down = np.nextafter(v - e, -np.inf) >= above[wide]
+            got_lo[wide[up]] = mid[up]
+            got_hi[wide[down]] = mid[down]
+            aim[wide[~(up | down)]] = np.inf        # mid lies in the unresolved zone
+        lo[inner] = got_lo
+        hi[inner] = got_hi
+    return lo.reshape(shape), hi.reshape(shape)
+
+
+def normal_cdf_upper(x):
+    """Certified upper bounds on Phi(x), elementwise: exp of log Phi plus its error
+    (``normal_log_cdf_and_error``), exp's rounding (one ulp) and one more ulp."""
+    x = np.asarray(x, dtype=float)
+    v, e = normal_log_cdf_and_error(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.exp(np.nextafter(v + e, np.inf)) * (1.0 + 4.0 * _U)
+    out = np.where(np.isnan(out), 1.0, out)       # (-inf + inf: an unbounded error)
+    return np.minimum(np.nextafter(out, np.inf), 1.0)
+
+
 def _sizing_interval_mass(lo, hi) -> np.ndarray:
     """``normal_interval_mass`` for sizing grids only (``MechanismPair.loss_spread``):
     wide intervals take scipy's ndtr difference on the tail side, which is cheaper and

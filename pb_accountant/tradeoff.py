@@ -45,6 +45,7 @@ from scipy import special
 
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_array, check_count, check_real
+from .mechanisms import normal_cdf_upper, normal_quantile_bracket
 
 __all__ = ["DEFAULT_FPR", "TradeoffBounds", "tradeoff_bounds", "tradeoff_from_curves",
            "trivial_tradeoff", "gaussian_tradeoff"]
@@ -53,8 +54,6 @@ __all__ = ["DEFAULT_FPR", "TradeoffBounds", "tradeoff_bounds", "tradeoff_from_cu
 DEFAULT_FPR = (1e-3, 1e-2, 0.1)
 #: relative allowance for a handful of float operations (exp, products, sums)
 _SLACK = 16.0 * _U
-#: relative allowance for scipy's ndtri/ndtr (a few ulp; checked against mpmath in tests)
-_NDTR_SLACK = 1e-12
 
 
 @dataclass(frozen=True)
@@ -240,21 +239,23 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
 
 
 def _z_upper_tail(alpha):
-    """Phi^-1(1 - alpha) computed as -ndtri(alpha) (no cancellation)."""
-    return -special.ndtri(alpha)
+    """Certified bracket (lo, hi) of Phi^-1(1 - alpha) = -Phi^-1(alpha) (no cancellation;
+    ``normal_quantile_bracket``)."""
+    lo, hi = normal_quantile_bracket(alpha)
+    return -hi, -lo
 
 
 def _mu_lower(alpha, f_up) -> float:
-    """max_alpha Phi^-1(1 - alpha) - Phi^-1(f_up(alpha)), rounded down."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z1 = _z_upper_tail(alpha)
-        z2 = special.ndtri(np.clip(f_up, 0.0, 1.0))
-        val = z1 - z2
-        val = val - _NDTR_SLACK * (np.abs(z1) + np.abs(z2) + 1.0)
+    """max_alpha Phi^-1(1 - alpha) - Phi^-1(f_up(alpha)), rounded down: the lower end of
+    the first quantile's certified bracket minus the upper end of the second's."""
+    z1, _ = _z_upper_tail(alpha)
+    _, z2 = normal_quantile_bracket(np.clip(f_up, 0.0, 1.0))
+    with np.errstate(invalid="ignore"):
+        val = _down(z1 - z2)
     val = np.where(np.isnan(val), 0.0, val)
     if np.any(np.isposinf(val)):
         return math.inf
-    return float(max(0.0, float(_down(np.max(val))))) if val.size else 0.0
+    return float(max(0.0, float(np.max(val)))) if val.size else 0.0
 
 
 def gaussian_tradeoff(alpha, mu):
@@ -266,36 +267,61 @@ def gaussian_tradeoff(alpha, mu):
 def _mu_upper(grid, f_left, f_right, mu_start: float) -> float:
     """Smallest mu (bisection) such that on every cell [alpha_j, alpha_{j+1}] a concave
     lower bound of f (f_left, f_right at the ends) stays above the chord of the convex
-    G_mu, i.e. f_left >= G_mu(alpha_j) and f_right >= G_mu(alpha_{j+1})."""
-    z_left = _z_upper_tail(grid[:-1])
-    z_right = _z_upper_tail(grid[1:])
+    G_mu, i.e. f_left >= G_mu(alpha_j) and f_right >= G_mu(alpha_{j+1}).
 
-    def g_up(z, mu):
-        g = special.ndtr(z - mu)
-        return g + _NDTR_SLACK * (1.0 + np.abs(z) + mu) * g + 1e-300
+    The bisection is steered by scipy's ndtr (an estimate); the mu returned passes the
+    certified check (``normal_cdf_upper`` at the quantiles' certified upper ends); where
+    the estimate was optimistic it is moved up in growing steps, then bisected back with
+    certified checks."""
+    z_left = _z_upper_tail(grid[:-1])[1]
+    z_right = _z_upper_tail(grid[1:])[1]
 
-    def ok(mu):
-        return bool(np.all(f_left >= g_up(z_left, mu)) and np.all(f_right >= g_up(z_right, mu)))
+    def ok(mu, certified=True):
+        # G_mu(alpha) <= Phi(z - mu) for z >= Phi^-1(1 - alpha), the argument rounded up
+        def g(z):
+            return normal_cdf_upper(_up(z - mu)) if certified else special.ndtr(z - mu)
+        return bool(np.all(f_left >= g(z_left)) and np.all(f_right >= g(z_right)))
 
     if not math.isfinite(mu_start):
         return math.inf
     hi = max(mu_start, 0.5)
-    while not ok(hi):
+    while not ok(hi, False):
         hi *= 2.0
         if hi > 1e3:
             return math.inf
     lo = mu_start
-    if ok(lo):
-        return float(lo)
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-9 * hi:
+    if ok(lo, False):
+        hi = lo
+    else:
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if ok(mid, False):
+                hi = mid
+            else:
+                lo = mid
+            if hi - lo <= 1e-9 * hi:
+                break
+    if ok(hi):
+        return float(hi)
+    # the estimate was optimistic: step up until the certified check passes, then bisect
+    # (certified) between the last failure and that pass
+    bad, step = hi, 1e-12 * max(hi, 1.0)
+    while True:
+        good = bad + step
+        if good > 1e3:
+            return math.inf
+        if ok(good):
             break
-    return float(hi)
+        bad, step = good, 4.0 * step
+    for _ in range(60):
+        if good - bad <= 1e-9 * good:
+            break
+        mid = 0.5 * (bad + good)
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return float(good)
 
 
 def trivial_tradeoff(fpr=None, note: str = "", mu_alpha_min: float = 1e-6) -> TradeoffBounds:

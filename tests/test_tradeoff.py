@@ -226,3 +226,36 @@ def test_brackets_exact_tradeoff_of_composed_discrete_pairs(seed):
     assert np.all(tb.beta_lower <= exact * (1 + 1e-9) + 1e-13)
     assert np.all(exact * (1 - 1e-9) - 1e-13 <= tb.beta_upper)
     assert np.max(tb.beta_upper - tb.beta_lower) < 0.01      # not vacuous (seen: <= 0.005)
+
+
+def test_normal_quantile_brackets_hold_the_exact_quantile():
+    mpmath = pytest.importorskip("mpmath")
+    from pb_accountant.mechanisms import normal_cdf_upper, normal_quantile_bracket
+    mpmath.mp.dps = 60
+    rng = np.random.default_rng(7)
+    p = np.concatenate(([0.0, 1.0, 5e-324, 1e-300, 1e-17, 0.5, 1 - 2.0 ** -53],
+                        rng.uniform(0, 1, 60), 10 ** rng.uniform(-300, 0, 60)))
+    lo, hi = normal_quantile_bracket(p)
+    assert (lo[0], hi[0], lo[1], hi[1]) == (-np.inf, -np.inf, np.inf, np.inf)
+    for pk, a, b in zip(p[2:], lo[2:], hi[2:]):
+        assert mpmath.ncdf(mpmath.mpf(float(a))) <= pk <= mpmath.ncdf(mpmath.mpf(float(b)))
+        assert 0 < b - a <= 1e-11 * (1 + abs(a)), pk
+    x = np.concatenate((np.linspace(-39, 39, 157), [-np.inf, np.inf]))
+    for xk, up in zip(x, normal_cdf_upper(x)):
+        assert mpmath.ncdf(mpmath.mpf(float(xk))) <= up <= 1.0
+
+
+def test_gdp_mu_bracket_trusts_no_library_cdf(monkeypatch):
+    """scipy's ndtr and ndtri only steer the mu bracket: made wrong (ndtri off by 0.3,
+    ndtr by 10%), they move neither end past the exact mu."""
+    sigma, count = 2.0, 4
+    mu = math.sqrt(count) / sigma
+    pb = compose([(Gaussian(sigma), count)], delta=1e-10)
+    right = tradeoff_bounds(pb, ALPHAS)
+    ndtr, ndtri = special.ndtr, special.ndtri
+    monkeypatch.setattr(special, "ndtri", lambda p: ndtri(p) + 0.3)
+    monkeypatch.setattr(special, "ndtr", lambda x: 0.9 * ndtr(x))
+    wrong = tradeoff_bounds(pb, ALPHAS)
+    for tb in (right, wrong):
+        assert tb.mu_lower <= mu <= tb.mu_upper
+    assert wrong.mu_upper - wrong.mu_lower <= 0.02 * mu
