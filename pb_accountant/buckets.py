@@ -457,12 +457,16 @@ class SplitBuckets(BucketRepresentation):
 
     def infinity_mass(self, direction: Optional[str] = None) -> float:
         """Mass every upper bound counts in full: the infinity bucket plus certified
-        round-off, of ``direction`` ("ab": a_inf, "ba": b_minf), or the larger one."""
+        round-off, of ``direction`` ("ab": a_inf, "ba": b_minf), or the larger one (an
+        overflowed error bound makes it inf, as in the curves, never NaN)."""
+        with np.errstate(invalid="ignore"):
+            ab = _upper_const(self.a_inf + self.error[0])
+            ba = _upper_const(self.b_minf + self.error[1])
         if direction == "ab":
-            return self.a_inf + self.error[0]
+            return ab
         if direction == "ba":
-            return self.b_minf + self.error[1]
-        return max(self.a_inf + self.error[0], self.b_minf + self.error[1])
+            return ba
+        return max(ab, ba)
 
     def upper_curves(self) -> Dict[str, ThresholdSum]:
         """Both directions of the split pair; B-mass weights are passed factored
@@ -470,10 +474,8 @@ class SplitBuckets(BucketRepresentation):
         t = self.grid.losses
         A, B = self.rows
         ra, rb = (float(r) * (1.0 + _W) for r in self.relative)
-        return {"ab": ThresholdSum.build(t, A, A, t, _upper_const(self.a_inf + self.error[0]),
-                                         True, ra),
-                "ba": ThresholdSum.build(-t, B, B, -t,
-                                         _upper_const(self.b_minf + self.error[1]), True, rb)}
+        return {"ab": ThresholdSum.build(t, A, A, t, self.infinity_mass("ab"), True, ra),
+                "ba": ThresholdSum.build(-t, B, B, -t, self.infinity_mass("ba"), True, rb)}
 
     def lower_curves(self) -> Dict[str, ThresholdSum]:
         return {}

@@ -80,13 +80,16 @@ class SymmetricSubsampledGaussian(MechanismPair):
         # w - 1 = (b + (b^2 + 4 a^2 expm1(t)) / (R + 2a)) / (2a), a = alpha,
         # b = (1 - a) expm1(t), R = sqrt(b^2 + 4 a^2 e^t)
         a = self._alpha()
-        ta = np.minimum(np.abs(np.where(np.isfinite(t), t, 0.0)), self._SMALL_Y)
-        em = np.expm1(ta)
-        b = (1.0 - a) * em
-        root = np.sqrt(b * b + 4.0 * a * a * (em + 1.0))
-        w1 = (b + (b * b + 4.0 * a * a * em) / (root + 2.0 * a)) / (2.0 * a)
-        near = np.copysign(s2 * np.log1p(w1), t)
-        x = np.where(np.abs(t) <= self._SMALL_Y, near, x)
+        if a > 0.0:
+            # (alpha = q c / (1 - q + q c) underflows to 0 at small s: there the log-space
+            # root has nothing to cancel against, and it is used everywhere)
+            ta = np.minimum(np.abs(np.where(np.isfinite(t), t, 0.0)), self._SMALL_Y)
+            em = np.expm1(ta)
+            b = (1.0 - a) * em
+            root = np.sqrt(b * b + 4.0 * a * a * (em + 1.0))
+            w1 = (b + (b * b + 4.0 * a * a * em) / (root + 2.0 * a)) / (2.0 * a)
+            near = np.copysign(s2 * np.log1p(w1), t)
+            x = np.where(np.abs(t) <= self._SMALL_Y, near, x)
         return np.where(np.isneginf(t), -np.inf, np.where(np.isposinf(t), np.inf, x))
 
     #: |x| / s^2 up to which the loss is evaluated through expm1 (no cancellation)

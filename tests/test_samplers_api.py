@@ -395,6 +395,21 @@ def test_extreme_noise_gives_valid_bounds_never_nan(kw, sigma):
         assert b.upper < 1e-6
 
 
+def test_replace_one_at_tiny_noise_keeps_a_finite_upper_bound():
+    """At sigma <= 0.03, alpha = q e^{-1/(2 sigma^2)} / (...) underflows to 0; the end
+    points then come from the log-space root alone (the near-centre form divided by
+    alpha and returned NaN, which made every leaf error unbounded and epsilon inf).
+    With a distinguishing mass 1 - (1 - q)^30 ~ 3e-6 below delta, epsilon is 0."""
+    for sigma in (1e-3, 0.01, 0.03):
+        acc = PrivacyBucketsAccountant(neighbouring="replace_one")
+        acc.history = [(sigma, 1e-7, 30)]
+        b = acc.get_epsilon_bounds(1e-5)
+        assert b.lower == 0.0 and b.upper == 0.0
+        d = acc.get_delta_bounds([0.0])
+        exact = 1.0 - (1.0 - 1e-7 * math.erf(1.0 / sigma / math.sqrt(2.0))) ** 30
+        assert d.lower[0] <= exact <= d.upper[0] <= exact * 1.02
+
+
 def test_threads_get_the_single_threaded_bits_for_every_sampler():
     import threading
     configs = [dict(neighbouring="replace_one"),
