@@ -122,17 +122,37 @@ def _cf_bracket(z, terms: int):
     """(R_n, relative error bound) from the convergents n = ``terms`` and n + 1 of the
     continued fraction, for a float or an array z (``_mills_ratio``)."""
     u = _U
-    conv = []
-    for n in (terms, terms + 1):
-        v = z
-        d = 0.0 * z
-        for k in range(n - 1, 0, -1):
-            t = k / v
-            v = z + t
-            d = u + (t / v) * (u + d) * (1.0 + 1e-10)
-        conv.append((1.0 / v, (d + u) * (1.0 + 1e-10)))
-    (r0, d0), (r1, d1) = conv
-    return r0, (abs(r0 - r1) + 2.0 * d0 * r0 + d1 * r1) * (1.0 + 1e-9) / r0
+    if np.ndim(z) == 0:
+        # one float: plain Python arithmetic (the same IEEE operations, without numpy's
+        # per-call cost)
+        conv = []
+        for n in (terms, terms + 1):
+            v = z
+            d = 0.0
+            for k in range(n - 1, 0, -1):
+                t = k / v
+                v = z + t
+                d = u + (t / v) * (u + d) * (1.0 + 1e-10)
+            conv.append((1.0 / v, (d + u) * (1.0 + 1e-10)))
+        (r0, d0), (r1, d1) = conv
+        return r0, (abs(r0 - r1) + 2.0 * d0 * r0 + d1 * r1) * (1.0 + 1e-9) / r0
+    zz = np.asarray(z, dtype=float).reshape(-1)
+    # both convergents in one pass (rows 0: n = terms, 1: n = terms + 1, the latter's
+    # first step k = terms taken alone); every entry sees the operations it would alone
+    t = terms / zz
+    v1 = zz + t
+    d1 = u + (t / v1) * (u + 0.0 * zz) * (1.0 + 1e-10)
+    v = np.stack((zz, v1))
+    d = np.stack((0.0 * zz, d1))
+    zs = np.stack((zz, zz))
+    for k in range(terms - 1, 0, -1):
+        t = k / v
+        v = zs + t
+        d = u + (t / v) * (u + d) * (1.0 + 1e-10)
+    r = 1.0 / v
+    d = (d + u) * (1.0 + 1e-10)
+    (r0, r1), (d0, d1) = r, d
+    return r0, (np.abs(r0 - r1) + 2.0 * d0 * r0 + d1 * r1) * (1.0 + 1e-9) / r0
 
 
 def _asymptotic(z):
@@ -382,8 +402,8 @@ def normal_log_cdf_and_error(x):
     """(log Phi(x), absolute error bound) for a standard normal, elementwise, from the
     proven masses above (no library CDF):
 
-    * x >= 0: log1p(-T), T = Phi(-x) with its error e (``normal_interval_mass_and_error``):
-      |log1p(-T') - log1p(-T)| <= e / (1 - T' - e);
+    * x >= 0: log1p(-T), T = Phi(-x) with its error e (``normal_interval_mass_and_error``,
+      or ``_upper_tails`` from _CF_FROM on): |log1p(-T') - log1p(-T)| <= e / (1 - T' - e);
     * -_CF_FROM < x < 0: log m, m = Phi(x) >= Phi(-3) with its error e: at most
       e / (m - e);
     * x <= -_CF_FROM: -x^2/2 - log sqrt(2 pi) + log R(-x), x^2 exact as P + Pe
@@ -404,7 +424,12 @@ def normal_log_cdf_and_error(x):
     u = _U
     right = (x >= 0.0) & (x <= _LOG_CDF_REACH)
     if right.any():
-        t, e = normal_interval_mass_and_error(x[right], np.inf)
+        xr = x[right]
+        t = np.empty(len(xr))
+        e = np.empty(len(xr))
+        tail = xr >= _CF_FROM              # Phi(-x) = phi(x) R(x) directly
+        t[tail], e[tail] = _upper_tails(xr[tail])
+        t[~tail], e[~tail] = normal_interval_mass_and_error(xr[~tail], np.inf)
         v = np.log1p(-t)
         val[right] = v
         err[right] = (e / (1.0 - t - e) + _LOG_RELATIVE * np.abs(v)) * (1.0 + 1e-9)
