@@ -418,7 +418,8 @@ def normal_log_cdf_and_error(x):
     shape = x.shape
     x = x.reshape(-1)
     if np.isnan(x).any():
-        raise ValueError("normal_log_cdf_and_error: x must not be NaN")
+        raise ValueError("normal_log_cdf_and_error: x must be a number or +-inf, got NaN "
+                         f"(entry {int(np.flatnonzero(np.isnan(x))[0])})")
     val = np.zeros(len(x))
     err = np.zeros(len(x))
     u = _U
@@ -480,8 +481,10 @@ def normal_quantile_bracket(p):
     p = np.asarray(p, dtype=float)
     shape = p.shape
     p = p.reshape(-1)
-    if np.isnan(p).any() or (p < 0.0).any() or (p > 1.0).any():
-        raise ValueError("normal_quantile_bracket: p must lie in [0, 1]")
+    bad = np.flatnonzero(~((p >= 0.0) & (p <= 1.0)))
+    if len(bad):
+        raise ValueError("normal_quantile_bracket: p must lie in [0, 1], got "
+                         f"{float(p[bad[0]])!r} (entry {int(bad[0])})")
     lo = np.where(p < 1.0, -np.inf, np.inf)
     hi = np.where(p > 0.0, np.inf, -np.inf)
     inner = (p > 0.0) & (p < 1.0)

@@ -26,6 +26,8 @@ from .mechanisms import (DiscretePair, MechanismPair, endpoint_mass,
                          normal_interval_mass_and_error, normal_log_cdf_and_error,
                          normal_x_interval_mass)
 
+#: the smallest normal double: below it a mass loses relative accuracy
+_SMALLEST_NORMAL = 2.0 ** -1022
 #: 1 / sqrt(2 pi) (for a bound on phi, with 0.1% of room for its rounding)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -81,15 +83,17 @@ class SymmetricSubsampledGaussian(MechanismPair):
         # b = (1 - a) expm1(t), R = sqrt(b^2 + 4 a^2 e^t)
         a = self._alpha()
         if a > 0.0:
-            # (alpha = q c / (1 - q + q c) underflows to 0 at small s: there the log-space
-            # root has nothing to cancel against, and it is used everywhere)
+            # (at small s, alpha = q c / (1 - q + q c) is tiny or underflows to 0: then
+            # b / (2 alpha) overflows, and where it does the log-space root, which has
+            # nothing to cancel against there, is kept)
             ta = np.minimum(np.abs(np.where(np.isfinite(t), t, 0.0)), self._SMALL_Y)
-            em = np.expm1(ta)
-            b = (1.0 - a) * em
-            root = np.sqrt(b * b + 4.0 * a * a * (em + 1.0))
-            w1 = (b + (b * b + 4.0 * a * a * em) / (root + 2.0 * a)) / (2.0 * a)
-            near = np.copysign(s2 * np.log1p(w1), t)
-            x = np.where(np.abs(t) <= self._SMALL_Y, near, x)
+            with np.errstate(over="ignore", invalid="ignore"):
+                em = np.expm1(ta)
+                b = (1.0 - a) * em
+                root = np.sqrt(b * b + 4.0 * a * a * (em + 1.0))
+                w1 = (b + (b * b + 4.0 * a * a * em) / (root + 2.0 * a)) / (2.0 * a)
+                near = np.copysign(s2 * np.log1p(w1), t)
+            x = np.where((np.abs(t) <= self._SMALL_Y) & np.isfinite(near), near, x)
         return np.where(np.isneginf(t), -np.inf, np.where(np.isposinf(t), np.inf, x))
 
     #: |x| / s^2 up to which the loss is evaluated through expm1 (no cancellation)
@@ -273,10 +277,17 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
     n = int(math.ceil((hi - lo) / h))
     fine = lo + (hi - lo) * np.arange(n + 1) / n
     ga, ea, gb, eb = _log_cdfs(fine, B, d)
+    # the first edge: the first point where both log-CDFs reach the floor (the search
+    # above may have stopped at hi - 1 without it, at shifts above ~70), so that every
+    # mass is a normal float with the relative accuracy below
+    reach = np.flatnonzero(np.minimum(ga, gb) >= floor)
+    if not len(reach):
+        raise FloatingPointError("max-of-batches masses not representable; "
+                                 f"batches={B}, shift={d}")
     # keep only edges where both computed log-CDFs strictly increase: merging bins is
     # post-processing, and no kept bin has a zero or cancelled mass
-    keep = [0]
-    for k in range(1, n + 1):
+    keep = [int(reach[0])]
+    for k in range(keep[0] + 1, n + 1):
         if ga[k] > ga[keep[-1]] and gb[k] > gb[keep[-1]]:
             keep.append(k)
     edges = fine[keep]
@@ -292,7 +303,7 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
         rel_last = eG[-1] / abs(G[-1]) + 2 * _U
         masses = np.concatenate(([first], inner, [last]))
         rel = np.concatenate(([rel_first], rel_inner, [rel_last]))
-        if not (np.all(masses > 0.0) and np.all(np.isfinite(rel))):
+        if not (np.all(masses >= _SMALLEST_NORMAL) and np.all(np.isfinite(rel))):
             raise FloatingPointError("max-of-batches masses not representable; "
                                      f"batches={B}, shift={d}")
         out.append(masses)

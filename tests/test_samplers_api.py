@@ -300,6 +300,18 @@ def test_max_of_batches_log_cdf_brackets_the_exact_shift():
             assert abs(mpmath.mpf(float(gk)) - exact) <= ek, (B, zk)
 
 
+@pytest.mark.parametrize("shift", [70.5, 72.0, 73.8, 74.2, 74.366, 80.0])
+def test_max_of_batches_masses_are_normal_floats_or_refused(shift):
+    """Above shift ~70 no edge reaches the floor: the first masses used to be subnormal,
+    with relative errors up to 0.95 against a claimed 1.8e-10; now every mass is a
+    normal float or the pair is refused (the accountant then drops the epoch, noted)."""
+    try:
+        edges, a, b, rel = max_of_batches_masses(1, shift)
+    except FloatingPointError:
+        return
+    assert np.all(a >= 2.0 ** -1022) and np.all(b >= 2.0 ** -1022) and rel < 1e-9
+
+
 def test_max_of_batches_masses_trust_no_library_cdf(monkeypatch):
     import scipy.special
 
@@ -400,7 +412,7 @@ def test_replace_one_at_tiny_noise_keeps_a_finite_upper_bound():
     points then come from the log-space root alone (the near-centre form divided by
     alpha and returned NaN, which made every leaf error unbounded and epsilon inf).
     With a distinguishing mass 1 - (1 - q)^30 ~ 3e-6 below delta, epsilon is 0."""
-    for sigma in (1e-3, 0.01, 0.03):
+    for sigma in (1e-3, 0.01, 0.0264, 0.027, 0.03):
         acc = PrivacyBucketsAccountant(neighbouring="replace_one")
         acc.history = [(sigma, 1e-7, 30)]
         b = acc.get_epsilon_bounds(1e-5)
@@ -408,6 +420,20 @@ def test_replace_one_at_tiny_noise_keeps_a_finite_upper_bound():
         d = acc.get_delta_bounds([0.0])
         exact = 1.0 - (1.0 - 1e-7 * math.erf(1.0 / sigma / math.sqrt(2.0))) ** 30
         assert d.lower[0] <= exact <= d.upper[0] <= exact * 1.02
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(0.0268, 1e-3, 5), (0.0262, 0.99, 2),
+                                           (0.026389, 0.805, 1079), (0.0265, 0.5, 1)])
+def test_replace_one_where_alpha_is_tiny_gives_bounds_not_errors(sigma, q, steps):
+    """Where alpha is tiny but not 0 (sigma 0.026-0.0275), b / (2 alpha) overflowed and
+    made end points inf, then an internal error (a NaN in a product's error bound)."""
+    acc = PrivacyBucketsAccountant(neighbouring="replace_one")
+    acc.history = [(sigma, q, steps)]
+    b = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 <= b.lower <= b.upper
+    d = acc.get_delta_bounds([0.0])
+    exact = 1.0 - (1.0 - q * math.erf(1.0 / sigma / math.sqrt(2.0))) ** steps
+    assert d.lower[0] <= exact * (1 + 1e-12) and exact <= d.upper[0] * (1 + 1e-12)
 
 
 def test_threads_get_the_single_threaded_bits_for_every_sampler():

@@ -259,3 +259,12 @@ def test_gdp_mu_bracket_trusts_no_library_cdf(monkeypatch):
     for tb in (right, wrong):
         assert tb.mu_lower <= mu <= tb.mu_upper
     assert wrong.mu_upper - wrong.mu_lower <= 0.02 * mu
+
+
+def test_normal_functions_name_bad_input():
+    from pb_accountant.mechanisms import normal_log_cdf_and_error, normal_quantile_bracket
+    for bad in ([0.5, float("nan")], [1.5], [-0.1]):
+        with pytest.raises(ValueError, match=r"p must lie in \[0, 1\], got"):
+            normal_quantile_bracket(bad)
+    with pytest.raises(ValueError, match="x must be a number or \\+-inf, got NaN"):
+        normal_log_cdf_and_error([0.0, float("nan")])
