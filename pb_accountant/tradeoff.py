@@ -122,31 +122,45 @@ def _one_minus_alpha_up(alpha):
 def _best_lines(alpha, eps, d_up_fwd, d_up_rev):
     """For each alpha, the line c - s x (a valid lower bound on T at every x) that is
     largest at alpha among the grid's two term families, certified delta_up plugged in.
-    t1: c = 1 - d_fwd, s = e^eps; t2: c = e^-eps (1 - d_rev), s = e^-eps."""
+    t1: c = 1 - d_fwd, s = e^eps; t2: c = e^-eps (1 - d_rev), s = e^-eps.  Returned as
+    (c, s, second, d): ``second`` marks t2 lines, d is the delta each line subtracts
+    (``_line_value_down`` evaluates a t2 line as s ((1 - x) - d), which keeps its
+    relative accuracy as x nears 1)."""
     e = np.exp(eps)
     em = np.exp(-eps)
     c1, s1 = 1.0 - d_up_fwd, e
     c2, s2 = em * (1.0 - d_up_rev), em
     cs = np.concatenate((c1, c2))
     ss = np.concatenate((s1, s2))
+    ds = np.concatenate((d_up_fwd, d_up_rev))
     best = np.zeros(alpha.shape, dtype=np.int64)
     for k in range(0, len(alpha), 16):
         a = alpha[k:k + 16, None]
         best[k:k + 16] = np.argmax(cs[None, :] - ss[None, :] * a, axis=1)
-    return cs[best], ss[best]
+    return cs[best], ss[best], best >= len(c1), ds[best]
 
 
-def _line_value_down(c, s, x):
-    """c - s x rounded down (c, s carry a few roundings of their own)."""
-    v = c - s * x
-    return _down(v - _SLACK * (np.abs(c) + s * x + 1.0))
+def _line_value_down(lines, x):
+    """A line of ``_best_lines`` at x, rounded down.  t1: c - s x, widened by 16u of the
+    magnitudes and 16u (c, s carry a few roundings of their own).  t2: s ((1 - x) - d),
+    where 1 - x is exact for x >= 1/2 (Sterbenz) and rounded once below, then a
+    difference and a product, s = e^-eps to one ulp: widened by 16u of s ((1 - x) + d),
+    relative to the terms, so near x = 1 (where f is tiny, as for Gaussian curves at
+    alpha = 1 - 1e-6) the bound keeps its digits instead of an absolute 16u."""
+    c, s, second, d = lines
+    one = c - s * x
+    one = one - _SLACK * (np.abs(c) + s * x + 1.0)
+    rest = 1.0 - x
+    two = s * (rest - d)
+    two = two - _SLACK * s * (rest + d) - 1e-300
+    return _down(np.where(second, two, one))
 
 
 def _beta_lower_one_order(alpha, eps, d_up_fwd, d_up_rev):
     """max over the eps grid of the two term families, certified delta_up plugged in,
     rounded down."""
-    c, s = _best_lines(alpha, eps, d_up_fwd, d_up_rev)
-    return np.clip(_line_value_down(c, s, alpha), 0.0, None)
+    lines = _best_lines(alpha, eps, d_up_fwd, d_up_rev)
+    return np.clip(_line_value_down(lines, alpha), 0.0, None)
 
 
 def _beta_upper_one_order(alpha, eps, d_low_fwd, d_low_rev):
@@ -173,8 +187,32 @@ def _beta_upper_one_order(alpha, eps, d_low_fwd, d_low_rev):
     return np.minimum(_up(out), _one_minus_alpha_up(alpha))
 
 
-def _eps_grid(alpha_min: float, eps_step: float, max_points: int) -> np.ndarray:
+#: doublings of the eps grid's end ``_eps_grid`` may take (each where delta_up is still
+#: above alpha_min / 2 there)
+_GRID_DOUBLINGS = 6
+#: the grid never goes beyond this eps (e^eps stays a finite double)
+_GRID_END = 700.0
+
+
+def _eps_grid(alpha_min: float, eps_step: float, max_points: int,
+              delta_up: Optional[Callable] = None) -> np.ndarray:
+    """0 .. top in steps of eps_step (coarser beyond max_points).  top is
+    log(1 / alpha_min) + 5, where e^eps alpha_min passes 1 (the first term family), or
+    that doubled (up to _GRID_DOUBLINGS times, at most _GRID_END) to the first end where
+    the certified delta_up of both directions is at most alpha_min / 2: the second
+    family's lines at alpha = 1 - alpha_min are positive only where delta has fallen
+    below 1 - alpha (for a Gaussian curve with mu = 4, at eps of about 27, beyond the
+    first end, 18.8, so that no mu above about 3.3 was certified before)."""
     top = -math.log(alpha_min) + 5.0          # not log(1/alpha): 1/alpha overflows for subnormals
+    if delta_up is not None:
+        ends = np.minimum(top * 2.0 ** np.arange(_GRID_DOUBLINGS + 1), _GRID_END)
+        worst = np.maximum(*[np.asarray(delta_up(d, ends), dtype=float) for d in ("ab", "ba")])
+        reached = np.flatnonzero(worst <= 0.5 * alpha_min)
+        # the first end where delta has fallen far enough; none (a distinguishing event
+        # holds delta up at every eps): the first end, as a longer grid would only be
+        # coarser
+        if len(reached):
+            top = float(ends[reached[0]])
     step = max(eps_step, top / max_points)
     n = int(math.ceil(top / step))
     return np.linspace(0.0, n * step, n + 1)
@@ -197,7 +235,7 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
     max_points = check_count("max_points", max_points, minimum=100, maximum=10_000_000)
     mu_points = check_count("mu_points", mu_points, minimum=2, maximum=100_000)
     alpha_min = float(min(alpha.min(), mu_alpha_min))
-    eps = _eps_grid(alpha_min, eps_step, max_points)
+    eps = _eps_grid(alpha_min, eps_step, max_points, delta_up)
     up = {d: np.clip(np.asarray(delta_up(d, eps), dtype=float), 0.0, 1.0) for d in ("ab", "ba")}
     low = {d: np.clip(np.asarray(delta_low(d, eps), dtype=float), 0.0, 1.0) for d in ("ab", "ba")}
     for d in ("ab", "ba"):
@@ -213,8 +251,8 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
         # on [a_left, a_right] f >= min(line_BA, line_AB) (concave), lines chosen at a_right
         lines = [_best_lines(a_right, eps, up["ab"], up["ba"]),
                  _best_lines(a_right, eps, up["ba"], up["ab"])]
-        left = np.minimum(*[_line_value_down(c, s, a_left) for c, s in lines])
-        right = np.minimum(*[_line_value_down(c, s, a_right) for c, s in lines])
+        left = np.minimum(*[_line_value_down(line, a_left) for line in lines])
+        right = np.minimum(*[_line_value_down(line, a_right) for line in lines])
         return left, right
 
     def beta_upper(a):

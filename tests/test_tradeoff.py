@@ -159,11 +159,40 @@ def test_trivial_and_nan_guard():
         tradeoff_from_curves(lambda d, e: np.full_like(e, np.nan), lambda d, e: np.zeros_like(e))
 
 
-def test_no_gdp_mu_when_the_curve_touches_zero():
-    """Pure-DP with a large eps0 has f = 0 on an interval below alpha = 1: no mu fits."""
+def _rr_tradeoff(p, k, alpha):
+    """Exact trade-off curve of k-fold randomized response (symmetric: T(A,B) = T(B,A)):
+    outcomes j = truthful answers, P(j) = Bin(k, p), Q(j) = Bin(k, 1-p); Neyman-Pearson
+    rejects where Q / P is largest, randomising on the boundary outcome."""
+    j = np.arange(k + 1)
+    comb = np.array([math.comb(k, int(i)) for i in j], dtype=float)
+    P = comb * p ** j * (1 - p) ** (k - j)
+    Q = comb * (1 - p) ** j * p ** (k - j)
+    order = np.argsort(-(Q / P))
+    cp = np.concatenate(([0.0], np.cumsum(P[order])))
+    cq = np.concatenate(([0.0], np.cumsum(Q[order])))
+    return 1.0 - np.interp(alpha, cp, cq)
+
+
+def test_gdp_mu_of_a_large_pure_dp_curve():
+    """3-fold randomized response at p = 0.999 (eps 20.7): f stays positive below
+    alpha = 1, and its mu* (about 9.05) needs lines from eps beyond the first grid end,
+    log(1 / alpha_min) + 5 = 18.8, where the grid used to stop (mu_upper was inf)."""
     tb = tradeoff_bounds(compose([(RandomizedResponse(0.999), 3)], delta=1e-10), [0.1])
-    assert tb.mu_upper == math.inf
-    assert tb.mu_lower > 2.0
+    grid = np.concatenate((np.geomspace(1e-6, 0.5, 20000), 1 - np.geomspace(1e-6, 0.5, 20000)))
+    est = float(np.max(-special.ndtri(grid) - special.ndtri(_rr_tradeoff(0.999, 3, grid))))
+    assert 2.0 < tb.mu_lower <= tb.mu_upper < math.inf
+    assert est <= tb.mu_upper <= est * 1.01       # est <= mu* (a max over a grid)
+    assert tb.mu_lower <= est * (1 + 1e-6)
+
+
+def test_gdp_mu_upper_for_large_gaussian_mu():
+    """mu up to 20 (a Gaussian with sigma 0.05) is bracketed: the grid extends while the
+    certified delta at its end is above alpha_min / 2, and the second line family keeps
+    its relative accuracy near alpha = 1 (it was inf for mu above about 3.3)."""
+    for sigma, count in [(0.3, 1), (1.0, 16), (0.125, 1), (0.05, 1)]:
+        mu = math.sqrt(count) / sigma
+        tb = tradeoff_bounds(compose([(Gaussian(sigma), count)], delta=1e-10), ALPHAS)
+        assert tb.mu_lower <= mu <= tb.mu_upper <= mu * 1.01
 
 
 def test_engine_imports_without_dp_accounting():
