@@ -495,6 +495,7 @@ def normal_quantile_bracket(p):
         below = np.nextafter(lq - room, -np.inf)      # <= log p
         above = np.nextafter(lq + room, np.inf)       # >= log p
         z0 = special.ndtri(q)
+        z0 = np.where(np.isfinite(z0), z0, 0.0)      # (a proposal only)
         half = 2.0 ** -42 * (1.0 + np.abs(z0))
         got_lo = np.full(len(q), -np.inf)
         got_hi = np.full(len(q), np.inf)
