@@ -250,7 +250,8 @@ def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
     sum_row = np.cumsum(np.bincount(idx, weights=np.where(live, row, 0.0), minlength=k)[::-1])[::-1]
     # entries with ratio > cands[j]: bins j + 1 and above
     estimate = np.maximum(sum_err[1:] - cands * sum_row[1:], 0.0)
-    r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
+    with np.errstate(over="ignore"):          # (an overflowing estimate is never chosen)
+        r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
     with np.errstate(over="ignore", invalid="ignore"):
         rest = np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()
     return r, float(rest) * (1.0 + 1e-9)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Tuple
 
 import numpy as np
 from scipy import special
@@ -204,9 +203,11 @@ class SymmetricSubsampledGaussian(MechanismPair):
         # standardising them: 2u of |x| + 1, over s)
         xe = x[1:-1]
         finite, shift = self._end_point_shift(t, xe)
-        with np.errstate(invalid="ignore", over="ignore"):
+        # (a zero least slope, where q e^{-1/(2 s^2)} underflows, or an overflowing
+        # quotient makes dz inf: the end point's mass is then all of its interval's)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             dx = shift / self._min_slope() * 1.01 + 2.02 * _U * (np.abs(xe) + 1.0)
-        dz = np.concatenate(([0.0], np.where(finite, dx / s * 1.01, 0.0), [0.0]))
+            dz = np.concatenate(([0.0], np.where(finite, dx / s * 1.01, 0.0), [0.0]))
 
         def edges(mean):
             with np.errstate(invalid="ignore"):

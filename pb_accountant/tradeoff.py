@@ -196,26 +196,32 @@ _GRID_END = 700.0
 
 def _eps_grid(alpha_min: float, eps_step: float, max_points: int,
               delta_up: Optional[Callable] = None) -> np.ndarray:
-    """0 .. top in steps of eps_step (coarser beyond max_points).  top is
-    log(1 / alpha_min) + 5, where e^eps alpha_min passes 1 (the first term family), or
-    that doubled (up to _GRID_DOUBLINGS times, at most _GRID_END) to the first end where
-    the certified delta_up of both directions is at most alpha_min / 2: the second
-    family's lines at alpha = 1 - alpha_min are positive only where delta has fallen
-    below 1 - alpha (for a Gaussian curve with mu = 4, at eps of about 27, beyond the
-    first end, 18.8, so that no mu above about 3.3 was certified before)."""
+    """0 .. top in steps of eps_step (coarser beyond max_points), top = log(1 / alpha_min)
+    + 5, where e^eps alpha_min passes 1 (the first term family); then, where the
+    certified delta_up of either direction is still above alpha_min / 2 there, an
+    extension to the first doubling of top (up to _GRID_DOUBLINGS, at most _GRID_END)
+    where it is not, in at most max_points / 2 further steps: the second family's lines
+    at alpha = 1 - alpha_min are positive only where delta has fallen below 1 - alpha
+    (for a Gaussian curve with mu = 4, at eps of about 27, beyond the first end, 18.8,
+    so that no mu above about 3.3 was certified before).  The first part is the grid
+    used before, so the extension only adds lines and cells."""
     top = -math.log(alpha_min) + 5.0          # not log(1/alpha): 1/alpha overflows for subnormals
-    if delta_up is not None:
-        ends = np.minimum(top * 2.0 ** np.arange(_GRID_DOUBLINGS + 1), _GRID_END)
-        worst = np.maximum(*[np.asarray(delta_up(d, ends), dtype=float) for d in ("ab", "ba")])
-        reached = np.flatnonzero(worst <= 0.5 * alpha_min)
-        # the first end where delta has fallen far enough; none (a distinguishing event
-        # holds delta up at every eps): the first end, as a longer grid would only be
-        # coarser
-        if len(reached):
-            top = float(ends[reached[0]])
     step = max(eps_step, top / max_points)
     n = int(math.ceil(top / step))
-    return np.linspace(0.0, n * step, n + 1)
+    grid = np.linspace(0.0, n * step, n + 1)
+    if delta_up is None:
+        return grid
+    first = float(grid[-1])
+    ends = np.minimum(first * 2.0 ** np.arange(_GRID_DOUBLINGS + 1), _GRID_END)
+    worst = np.maximum(*[np.asarray(delta_up(d, ends), dtype=float) for d in ("ab", "ba")])
+    reached = np.flatnonzero(worst <= 0.5 * alpha_min)
+    # none reached (a distinguishing event holds delta up at every eps): no extension
+    if not len(reached) or reached[0] == 0:
+        return grid
+    end = float(ends[reached[0]])
+    step2 = max(eps_step, (end - first) / max(max_points // 2, 1))
+    m = int(math.ceil((end - first) / step2))
+    return np.concatenate((grid, first + (end - first) * np.arange(1, m + 1) / m))
 
 
 def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
