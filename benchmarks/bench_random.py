@@ -19,6 +19,10 @@ settings, coloured by pb's width.
 
     python benchmarks/bench_random.py [--n 200] [--seed 12] [--out benchmarks/results]
                                       [--quick] [--no-peers] [--peer-limit 10]
+
+``--sigma LO HI``, ``--q``, ``--steps``, ``--delta`` and ``--schedule-share`` zoom into a
+region of the space (the README's zoomed run: ``--n 24 --seed 7 --sigma 0.4 1 --q 1e-5
+1e-4 --steps 1e4 1e7 --name random_suite_region``).
 """
 from __future__ import annotations
 
@@ -47,19 +51,22 @@ def _log_uniform(rng, lo, hi):
     return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
-def draw_settings(n: int, seed: int):
-    """``n`` settings: dicts with the history [(sigma, q, steps), ...], delta and kind."""
+def draw_settings(n: int, seed: int, sigma_range=SIGMA, q_range=SAMPLE_RATE,
+                  steps_range=STEPS, delta_range=DELTA, schedule_share=SCHEDULE_SHARE):
+    """``n`` settings: dicts with the history [(sigma, q, steps), ...], delta and kind.
+    The ranges default to the whole space (``SIGMA``, ...); narrower ones zoom into a
+    region (the draws of a seed then differ from the whole space's)."""
     rng = np.random.default_rng(seed)
     out = []
     for k in range(n):
-        sigma = _log_uniform(rng, *SIGMA)
-        q = min(_log_uniform(rng, *SAMPLE_RATE), 1.0)
-        steps = int(round(_log_uniform(rng, STEPS[0], STEPS[1] + 0.5)))
-        steps = max(1, min(steps, STEPS[1]))
-        delta = _log_uniform(rng, *DELTA)
+        sigma = _log_uniform(rng, *sigma_range)
+        q = min(_log_uniform(rng, *q_range), 1.0)
+        steps = int(round(_log_uniform(rng, steps_range[0], steps_range[1] + 0.5)))
+        steps = max(1, min(steps, steps_range[1]))
+        delta = _log_uniform(rng, *delta_range)
         kind = "constant"
         history = [(round(sigma, 6), round(q, 8), steps)]
-        if rng.uniform() < SCHEDULE_SHARE and steps >= 2:
+        if rng.uniform() < schedule_share and steps >= 2:
             segments = int(round(_log_uniform(rng, SEGMENTS[0], SEGMENTS[1])))
             segments = max(1, min(segments, steps))
             per, extra = divmod(steps, segments)
@@ -76,10 +83,35 @@ def draw_settings(n: int, seed: int):
                 else:                          # batch size grows in four stages
                     s = sigma
                     qq = min(q * 2.0 ** (4 * i // segments), 1.0)
-                history.append((round(max(s, SIGMA[0]), 6), round(qq, 8), c))
+                history.append((round(max(s, sigma_range[0]), 6), round(qq, 8), c))
             kind = f"schedule-{style}"
         out.append({"index": k, "kind": kind, "history": history, "delta": delta})
     return out
+
+
+def add_space_arguments(parser, suffix: str = ""):
+    """The options that narrow the drawn space (``--sigma LO HI`` ...; defaults: all of
+    it); ``suffix`` is appended to each option's name (``--delta-range``)."""
+    for name, default, what in (("sigma", SIGMA, "noise multipliers"),
+                                ("q", SAMPLE_RATE, "sampling rates"),
+                                ("steps", STEPS, "step counts"), ("delta", DELTA, "deltas")):
+        parser.add_argument(f"--{name}{suffix}", dest=f"space_{name}", type=float, nargs=2,
+                            metavar=("LO", "HI"), default=default,
+                            help=f"range of the {what} drawn (log-uniform; default "
+                            f"{default[0]:g} {default[1]:g})")
+    parser.add_argument("--schedule-share", type=float, default=SCHEDULE_SHARE,
+                        help="share of noise schedules among the settings")
+
+
+def space(args):
+    """``draw_settings``' keyword arguments from ``add_space_arguments``' options (None:
+    the whole space)."""
+    if args is None:
+        return dict(sigma_range=SIGMA, q_range=SAMPLE_RATE, steps_range=STEPS,
+                    delta_range=DELTA, schedule_share=SCHEDULE_SHARE)
+    return dict(sigma_range=tuple(args.space_sigma), q_range=tuple(args.space_q),
+                steps_range=(int(args.space_steps[0]), int(args.space_steps[1])),
+                delta_range=tuple(args.space_delta), schedule_share=args.schedule_share)
 
 
 # ------------------------------------------------------------------------------ peers
@@ -264,6 +296,20 @@ def read_csv(path):
     return rows
 
 
+def suite_jobs(indices, settings, path):
+    """(name, history, delta, saved row or {}) of the settings numbered ``indices``; the
+    table saved at ``path`` (if any) gives the peers' answers, for the check scripts."""
+    rows = {r["index"]: r for r in read_csv(path)} if path and os.path.exists(path) else {}
+    return [(f"#{i}", settings[i]["history"], settings[i]["delta"], rows.get(i, {}))
+            for i in indices]
+
+
+def peer_answers(row) -> str:
+    """The peers' epsilons of a saved row, for a check script's line."""
+    return "  ".join(f"{k[:3].upper()} {row[k]:.6f}" for k in ("pld_eps", "prv_eps")
+                     if math.isfinite(row.get(k, math.nan)))
+
+
 def draw(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -354,6 +400,9 @@ def main(argv=None):
     parser.add_argument("--pb-limit", type=float, default=30.0,
                         help="pb's limit per setting (its runs together); past it: timeout")
     parser.add_argument("--only", type=int, nargs="*", help="setting indices to run")
+    add_space_arguments(parser)
+    parser.add_argument("--name", help="file stem of the table (default: random_suite for "
+                        "seed 12 over the whole space, random_suite_seed<seed> otherwise)")
     parser.add_argument("--summarize", metavar="CSV",
                         help="only print the summary and draw the picture of a saved table")
     args = parser.parse_args(argv)
@@ -368,15 +417,17 @@ def main(argv=None):
         draw(rows, os.path.join(out, f"{stem}.png"))
         return
     n = 12 if args.quick else args.n
-    settings = draw_settings(n, args.seed)
+    ranges = space(args)
+    settings = draw_settings(n, args.seed, **ranges)
     if args.only:
         settings = [s for s in settings if s["index"] in set(args.only)]
     os.makedirs(args.out, exist_ok=True)
     pb_run([(1.0, 0.01, 10)], 1e-5, 1)                   # imports, not timed
     runner = None if args.no_peers else {p: PeerRunner(args.peer_limit) for p in PEERS}
     rows = []
-    # the README's table is seed 12's; any other seed keeps its own files
-    stem = "random_suite" if args.seed == 12 else f"random_suite_seed{args.seed}"
+    # the README's table is seed 12's over the whole space; anything else keeps its own
+    stem = args.name or ("random_suite" if args.seed == 12 and ranges == space(None)
+                         else f"random_suite_seed{args.seed}")
     csv_path = os.path.join(args.out, f"{stem}.csv")
     try:
         for s in settings:

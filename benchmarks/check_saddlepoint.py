@@ -22,7 +22,6 @@ should contain it, up to that error.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import sys
@@ -135,6 +134,7 @@ def main(argv=None):
                                                       "random_suite.csv"))
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", integrate.IntegrationWarning)
+    import bench_random as br
     from pb_accountant import PrivacyBucketsAccountant
     jobs = []
     if args.history:
@@ -142,14 +142,7 @@ def main(argv=None):
                                      enumerate(h.split(","))) for h in args.history],
                      args.delta, {}))
     if args.only:
-        import bench_random as br
-        settings = br.draw_settings(200, 12)
-        rows = {}
-        if os.path.exists(args.csv):
-            with open(args.csv) as fh:
-                rows = {int(r["index"]): r for r in csv.DictReader(fh)}
-        for i in args.only:
-            jobs.append((f"#{i}", settings[i]["history"], settings[i]["delta"], rows.get(i, {})))
+        jobs += br.suite_jobs(args.only, br.draw_settings(200, 12), args.csv)
     for name, history, delta, row in jobs:
         acc = PrivacyBucketsAccountant()
         acc.history = list(history)
@@ -158,8 +151,7 @@ def main(argv=None):
         off = max(b.lower - est, est - b.upper, 0.0)
         where = ("inside" if off == 0 else f"outside by {off:.2g}"
                  + (", within the estimate's spread" if off <= spread else ""))
-        peers = "  ".join(f"{k[:3].upper()} {float(row[k]):.6f}" for k in ("pld_eps", "prv_eps")
-                          if row.get(k) and row[k] != "nan")
+        peers = br.peer_answers(row)
         print(f"{name}: delta {delta:.3g}  pb [{b.lower:.6f}, {b.upper:.6f}]  saddle-point "
               f"{est:.6f} ({where}; leading order differs by {spread:.2g})  {peers}",
               flush=True)

@@ -1,0 +1,263 @@
+"""An independent reference where pb and the peers disagree: connect-the-dots, tilted.
+
+For a Poisson-sampled Gaussian history (add/remove neighbours) each step's privacy loss
+pair is discretised onto the loss grid k h by connect-the-dots: the A- and B-mass of the
+events with loss in (t_{k-1}, t_k] are split onto the two end points, keeping both masses.
+That pair dominates the true one (Doroshenko et al. 2022, "Connect the Dots"), so in
+exact arithmetic its delta is an upper bound, and its error shrinks like h^2. Losses
+beyond ``tmax`` count as +inf. The steps are composed by FFT in plain float64 after
+every row is tilted by e^{lambda t} (a tilt commutes with convolution), lambda putting
+the tilted composed mean at epsilon: the FFT's round-off is then relative to the mass
+that decides delta, not to the bulk, which is what makes delta near 1e-12 computable
+this way. delta(eps) = sum_t A(t) (1 - e^{eps - t})_+, per direction; the larger counts.
+
+Products trim their far tails (the low end below 1e-15 of the peak; the high end where
+its mass, counted in full and reported, stays below 1e-7 delta in all). Float round-off
+makes the result an *estimate*, not a certificate; run two spacings (``--h``) to see it
+converge. It shares no code with pb or the peers: where they disagree it says which one
+is off (README, "How it compares").
+
+    python benchmarks/check_ctd.py --history 0.819916,7.794e-05,9462254 --delta 2.874e-12
+    python benchmarks/check_ctd.py --only 31 192            # random-suite settings (seed 12)
+    python benchmarks/check_ctd.py --only 23 --seed 7 --n 24 --sigma-range 0.4 1 \
+        --q-range 1e-5 1e-4 --steps-range 1e4 1e7 \
+        --csv benchmarks/results/random_suite_region.csv
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+from scipy import fft as sfft
+from scipy import optimize, special
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+#: entries of a tilted product below this fraction of its peak are cut (lower tail moved
+#: to the first kept point, upper tail counted as lost mass, reported)
+TRIM = 1e-15
+
+
+def step_pair(sigma: float, q: float, h: float, tmax: float):
+    """One step's connect-the-dots A-row on the grid t = k h over [max(log(1 - q),
+    -tmax), tmax]: (t, A, A-mass above tmax, B-mass below -tmax).  B = e^{-t} A on the
+    grid (the pair's B-row); the mass beyond either end is loss +inf for its direction."""
+    s2 = sigma * sigma
+    low = math.log1p(-q) if q < 1.0 else -math.inf
+    t = np.arange(math.floor(max(low, -tmax) / h), math.ceil(tmax / h) + 1) * h
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # the x with loss log(1 - q + q e^{(2x - 1) / (2 sigma^2)}) = t
+        x = s2 * np.log(np.expm1(t) / q + 1.0) + 0.5
+    x[t <= low] = -np.inf
+
+    def interval_masses(mean):
+        z = (x - mean) / sigma
+        right, left = special.ndtr(-z), special.ndtr(z)
+        m = np.where(z[1:] > 0, right[:-1] - right[1:], left[1:] - left[:-1])
+        return np.maximum(m, 0.0), float(right[-1]), float(left[0])
+
+    b, b_top, b_bottom = interval_masses(0.0)
+    a1, a1_top, _ = interval_masses(1.0)
+    a = (1.0 - q) * b + q * a1
+    e_lo, e_hi = np.exp(-t[:-1]), np.exp(-t[1:])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lower = np.clip((b - a * e_hi) / (e_lo - e_hi), 0.0, a)
+    A = np.zeros(len(t))
+    A[:-1] += lower
+    A[1:] += a - lower
+    return t, A, (1.0 - q) * b_top + q * a1_top, b_bottom
+
+
+class Tilted:
+    """A measure on t0 + k h stored tilted: value(t) = R(t) e^{log_scale - lam t}.
+
+    Products trim their ends: below, the entries under TRIM times the peak (their mass
+    moved to the first kept point, far below epsilon, where it cannot matter); above,
+    the longest tail whose untilted mass (at most its tilted mass times e^{log_scale -
+    lam t} at its start) stays within ``budget``, that bound added to ``cut``, which
+    ``delta`` counts in full."""
+
+    def __init__(self, R, t0, h, lam, log_scale, budget, cut=0.0):
+        self.R, self.t0, self.h, self.lam = R, t0, h, lam
+        self.log_scale, self.budget, self.cut = log_scale, budget, cut
+
+    @classmethod
+    def of(cls, P, t0, h, lam, budget):
+        w = lam * (t0 + np.arange(len(P)) * h)
+        top = w.max()
+        R = P * np.exp(w - top)
+        s = R.sum()
+        return cls(R / s, t0, h, lam, math.log(s) + top, budget)
+
+    def times(self, other: "Tilted") -> "Tilted":
+        n = len(self.R) + len(other.R) - 1
+        size = sfft.next_fast_len(n, real=True)
+        z = sfft.irfft(sfft.rfft(self.R, size) * sfft.rfft(other.R, size), size)[:n]
+        z = np.maximum(z, 0.0)
+        t0, log_scale = self.t0 + other.t0, self.log_scale + other.log_scale
+        i = int(np.flatnonzero(z > TRIM * z.max())[0])
+        with np.errstate(over="ignore"):
+            tail = np.cumsum(z[::-1])[::-1] * np.exp(
+                log_scale - self.lam * (t0 + np.arange(n) * self.h))
+        fits = np.flatnonzero(tail[i + 1:] <= self.budget)
+        j = i + 1 + int(fits[0]) if fits.size else n
+        kept = z[i:j].copy()
+        kept[0] += z[:i].sum()
+        cut = self.cut + other.cut + (float(tail[j]) if j < n else 0.0)
+        return Tilted(kept, t0 + i * self.h, self.h, self.lam, log_scale, self.budget, cut)
+
+    def power(self, n: int) -> "Tilted":
+        out, base = None, self
+        while n:
+            if n & 1:
+                out = base if out is None else out.times(base)
+            n >>= 1
+            if n:
+                base = base.times(base)
+        return out
+
+    def delta(self, eps: float) -> float:
+        t = self.t0 + np.arange(len(self.R)) * self.h
+        sel = t > eps
+        v = self.R[sel] * np.exp(self.log_scale - self.lam * t[sel]) * -np.expm1(eps - t[sel])
+        return float(v.sum()) + self.cut
+
+
+def _rows(history, h, tmax, direction):
+    """(t0, P, count, mass at +inf per step) of each segment, for ``direction``: "ab" the
+    A-row on t, "ba" the B-row on s = -t."""
+    rows = []
+    for sigma, q, count in history:
+        t, A, a_top, b_bottom = step_pair(sigma, q, h, tmax)
+        if direction == "ab":
+            rows.append((t[0], A, count, a_top))
+        else:
+            rows.append((-t[-1], (A * np.exp(-t))[::-1].copy(), count, b_bottom))
+    return rows
+
+
+def delta_curve(history, h: float, tmax: float, eps: float, direction: str, budget: float):
+    """The composed ``direction``'s delta as a function and the mass it counts in full
+    (cut tails, each within ``budget``, and losses beyond tmax), tilted for ``eps``;
+    None where no loss reaches eps."""
+    rows = _rows(history, h, tmax, direction)
+    grids = [(t0 + np.arange(len(P)) * h, P, c) for t0, P, c, _ in rows]
+    if sum(c * float(t[P > 0].max()) for t, P, c in grids) <= eps:
+        return None
+
+    def tilted_mean(lam):
+        total = 0.0
+        for t, P, c in grids:
+            w = P * np.exp(lam * t - (lam * t).max())
+            total += c * float((w * t).sum() / w.sum())
+        return total - eps
+
+    # (a direction whose losses reach eps only in its far tail keeps the largest tilt)
+    if tilted_mean(1e-3) >= 0:
+        lam = 1e-3
+    elif tilted_mean(1e3) <= 0:
+        lam = 1e3
+    else:
+        lam = optimize.brentq(tilted_mean, 1e-3, 1e3)
+    total = None
+    for t0, P, c, _ in rows:
+        part = Tilted.of(P, t0, h, lam, budget).power(c)
+        total = part if total is None else total.times(part)
+    inf = -math.expm1(sum(c * math.log1p(-top) for _, _, c, top in rows))
+    return (lambda e: total.delta(e) + inf), total.cut + inf
+
+
+def epsilon_ctd(history, delta: float, h: float, tmax: float, start: float):
+    """(epsilon, counted): the connect-the-dots epsilon at ``delta`` (the larger
+    direction), tilted at ``start`` and once more at the answer where it moved by more
+    than 1%, and the mass its delta counts in full (cut tails and losses beyond tmax)."""
+    best, counted = 0.0, 0.0
+    total = sum(c for _, _, c in history)
+    for direction in ("ab", "ba"):
+        guess = start
+        for _ in range(2):
+            # (a cut in a product of m steps is counted again in every later product:
+            # up to total / m times)
+            got = delta_curve(history, h, tmax, guess, direction, 1e-7 * delta / total)
+            if got is None:
+                eps = 0.0
+                break
+            curve, full = got
+            lo, hi = 0.0, max(2.0 * guess, 1.0)
+            for _ in range(64):
+                if curve(hi) <= delta:
+                    break
+                hi *= 2.0
+            else:
+                return math.inf, full      # the mass counted in full exceeds delta
+            if curve(lo) <= delta:
+                eps = 0.0
+                break
+            eps = optimize.brentq(lambda e: curve(e) - delta, lo, hi, xtol=1e-12, rtol=1e-10)
+            if abs(eps - guess) <= 0.01 * guess:
+                break
+            guess = eps
+        if eps >= best:
+            best, counted = eps, full
+    return best, counted
+
+
+def tail_end(history, delta: float) -> float:
+    """A tmax (at least 4) beyond which the steps' A- and B-mass, all steps together, is
+    below delta / 1e6: the pessimistic count of that mass as loss +inf stays negligible."""
+    tmax = 4.0
+    while tmax < 256.0:
+        top = sum(c * sum(step_pair(s, q, tmax / 4.0, tmax)[2:]) for s, q, c in history)
+        if top <= 1e-6 * delta:
+            break
+        tmax *= 2.0
+    return tmax
+
+
+def main(argv=None):
+    import bench_random as br
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history", nargs="*", default=[], help="sigma,q,steps entries")
+    parser.add_argument("--delta", type=float)
+    parser.add_argument("--only", type=int, nargs="*", default=[],
+                        help="indices of bench_random.draw_settings(n, seed, ranges)")
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=12)
+    br.add_space_arguments(parser, suffix="-range")
+    parser.add_argument("--csv", help="that suite's table (for PLD's and PRV's epsilon); "
+                        "default benchmarks/results/random_suite.csv for seed 12")
+    parser.add_argument("--tmax", type=float, help="largest step loss kept (default: "
+                        "where the mass beyond is below delta / 1e6, at least 4)")
+    parser.add_argument("--h", type=float, nargs="*",
+                        help="grid spacings (default: 2e-6 times max(1, epsilon))")
+    args = parser.parse_args(argv)
+    from pb_accountant import PrivacyBucketsAccountant
+    jobs = []
+    if args.history:
+        jobs.append(("given", [(float(s), float(q), int(c)) for s, q, c in
+                               (e.split(",") for e in args.history)], args.delta, {}))
+    if args.only:
+        path = args.csv or (os.path.join(os.path.dirname(__file__), "results",
+                                         "random_suite.csv") if args.seed == 12 else None)
+        jobs += br.suite_jobs(args.only, br.draw_settings(args.n, args.seed, **br.space(args)),
+                              path)
+    for name, history, delta, row in jobs:
+        acc = PrivacyBucketsAccountant()
+        acc.history = list(history)
+        b = acc.get_epsilon_bounds(delta)
+        tmax = args.tmax or tail_end(history, delta)
+        for h in args.h or [2e-6 * max(1.0, b.upper)]:
+            est, counted = epsilon_ctd(history, delta, h, tmax, b.upper)
+            off = max(b.lower - est, est - b.upper, 0.0)
+            where = "inside" if off == 0 else f"outside by {off / b.upper:.2g} relative"
+            print(f"{name}: delta {delta:.4g}  pb [{b.lower:.6f}, {b.upper:.6f}]  "
+                  f"connect-the-dots {est:.6f} at h {h:.2g}, tmax {tmax:g}, counted in full "
+                  f"{counted / delta:.1e} delta ({where})  {br.peer_answers(row)}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
