@@ -109,6 +109,14 @@ def space(args):
     if args is None:
         return dict(sigma_range=SIGMA, q_range=SAMPLE_RATE, steps_range=STEPS,
                     delta_range=DELTA, schedule_share=SCHEDULE_SHARE)
+    for name, whole in (("sigma", SIGMA), ("q", SAMPLE_RATE), ("steps", STEPS),
+                        ("delta", DELTA)):
+        lo, hi = getattr(args, f"space_{name}")
+        if not 0 < lo <= hi:
+            raise ValueError(f"the {name} range must be LO HI with 0 < LO <= HI (the whole "
+                             f"space: {whole[0]:g} {whole[1]:g}), got {lo:g} {hi:g}")
+    if not 0 <= args.schedule_share <= 1:
+        raise ValueError(f"--schedule-share must be in [0, 1], got {args.schedule_share:g}")
     return dict(sigma_range=tuple(args.space_sigma), q_range=tuple(args.space_q),
                 steps_range=(int(args.space_steps[0]), int(args.space_steps[1])),
                 delta_range=tuple(args.space_delta), schedule_share=args.schedule_share)

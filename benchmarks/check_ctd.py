@@ -234,11 +234,19 @@ def main(argv=None):
     parser.add_argument("--h", type=float, nargs="*",
                         help="grid spacings (default: 2e-6 times max(1, epsilon))")
     args = parser.parse_args(argv)
+    if args.history and not (args.delta is not None and 0 < args.delta < 1):
+        parser.error(f"--history needs --delta in (0, 1), got {args.delta}")
+    if any(not h > 0 for h in args.h or ()) or (args.tmax is not None and not args.tmax > 0):
+        parser.error(f"--h and --tmax must be positive, got {args.h} and {args.tmax}")
     from pb_accountant import PrivacyBucketsAccountant
     jobs = []
     if args.history:
-        jobs.append(("given", [(float(s), float(q), int(c)) for s, q, c in
-                               (e.split(",") for e in args.history)], args.delta, {}))
+        try:
+            history = [(float(s), float(q), int(c)) for s, q, c in
+                       (e.split(",") for e in args.history)]
+        except ValueError:
+            parser.error(f"--history entries must be sigma,q,steps; got {args.history}")
+        jobs.append(("given", history, args.delta, {}))
     if args.only:
         path = args.csv or (os.path.join(os.path.dirname(__file__), "results",
                                          "random_suite.csv") if args.seed == 12 else None)
