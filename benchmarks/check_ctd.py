@@ -13,8 +13,12 @@ this way. delta(eps) = sum_t A(t) (1 - e^{eps - t})_+, per direction; the larger
 
 Products trim their far tails (the low end below 1e-15 of the peak; the high end where
 its mass, counted in full and reported, stays below 1e-7 delta in all). Float round-off
-makes the result an *estimate*, not a certificate; run two spacings (``--h``) to see it
-converge. It shares no code with pb or the peers: where they disagree it says which one
+makes the result an *estimate*, not a certificate. Run two spacings (``--h``) to see the
+O(h^2) part converge; that does not show the round-off: products clip the FFT's noise
+to >= 0, which only adds mass, and where the tail that decides delta sits within about
+1e-11 of a row's tilted peak (small q, segments of different sigma) the estimate comes
+out high (a review measured +3.6e-5 in epsilon on the README's zoomed #1 against a
+long-double run, and 7-digit agreement on the other settings the README quotes). It shares no code with pb or the peers: where they disagree it says which one
 is off (README, "How it compares").
 
     python benchmarks/check_ctd.py --history 0.819916,7.794e-05,9462254 --delta 2.874e-12
@@ -177,7 +181,7 @@ def epsilon_ctd(history, delta: float, h: float, tmax: float, start: float):
     best, counted = 0.0, 0.0
     total = sum(c for _, _, c in history)
     for direction in ("ab", "ba"):
-        guess = start
+        guess, full = start, 0.0
         for _ in range(2):
             # (a cut in a product of m steps is counted again in every later product:
             # up to total / m times)
