@@ -124,9 +124,11 @@ class Tilted:
         return out
 
     def delta(self, eps: float) -> float:
-        t = self.t0 + np.arange(len(self.R)) * self.h
-        sel = t > eps
-        v = self.R[sel] * np.exp(self.log_scale - self.lam * t[sel]) * -np.expm1(eps - t[sel])
+        if not hasattr(self, "_masses"):      # untilted, once: a root search asks often
+            self._t = self.t0 + np.arange(len(self.R)) * self.h
+            self._masses = self.R * np.exp(self.log_scale - self.lam * self._t)
+        sel = self._t > eps
+        v = self._masses[sel] * -np.expm1(eps - self._t[sel])
         return float(v.sum()) + self.cut
 
 
