@@ -14,7 +14,10 @@ this way. delta(eps) = sum_t A(t) (1 - e^{eps - t})_+, per direction; the larger
 Products trim their far tails (the low end below 1e-15 of the peak; the high end where
 its mass, counted in full and reported, stays below 1e-7 delta in all). Float round-off
 makes the result an *estimate*, not a certificate. Run two spacings (``--h``) to see the
-O(h^2) part converge; that does not show the round-off: products clip the FFT's noise
+O(h^2) part converge (it is not small at the default spacing where epsilon is: 2e-6
+reads 7e-4 high at epsilon 0.007, sigma 1.09607, q 1.688e-5, 16,384 steps, delta
+1.85e-6, and 1.1e-3 high at 0.0268; halving h twice lands inside pb's brackets); that
+does not show the round-off: products clip the FFT's noise
 to >= 0, which only adds mass, and where the tail that decides delta sits within about
 1e-11 of a row's tilted peak (small q, segments of different sigma) the estimate comes
 out high (a review measured +3.6e-5 in epsilon on the README's zoomed #1 against a
@@ -48,7 +51,8 @@ TRIM = 1e-15
 def step_pair(sigma: float, q: float, h: float, tmax: float):
     """One step's connect-the-dots A-row on the grid t = k h over [max(log(1 - q),
     -tmax), tmax]: (t, A, A-mass above tmax, B-mass below -tmax).  B = e^{-t} A on the
-    grid (the pair's B-row); the mass beyond either end is loss +inf for its direction."""
+    grid (the pair's B-row); the mass beyond either end is loss +inf for its direction,
+    and the A-mass below the grid sits on its first point."""
     s2 = sigma * sigma
     low = math.log1p(-q) if q < 1.0 else -math.inf
     t = np.arange(math.floor(max(low, -tmax) / h), math.ceil(tmax / h) + 1) * h
@@ -64,7 +68,7 @@ def step_pair(sigma: float, q: float, h: float, tmax: float):
         return np.maximum(m, 0.0), float(right[-1]), float(left[0])
 
     b, b_top, b_bottom = interval_masses(0.0)
-    a1, a1_top, _ = interval_masses(1.0)
+    a1, a1_top, a1_bottom = interval_masses(1.0)
     a = (1.0 - q) * b + q * a1
     e_lo, e_hi = np.exp(-t[:-1]), np.exp(-t[1:])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -72,7 +76,22 @@ def step_pair(sigma: float, q: float, h: float, tmax: float):
     A = np.zeros(len(t))
     A[:-1] += lower
     A[1:] += a - lower
+    # the A-mass below the grid (-tmax above log(1 - q): q near 1) moves up to its first
+    # point, which can only raise A||B's delta (its B-mass is the -inf atom's already)
+    A[0] += (1.0 - q) * b_bottom + q * a1_bottom
     return t, A, (1.0 - q) * b_top + q * a1_top, b_bottom
+
+
+def _tilted(P, t, lam):
+    """(P e^{lam t} / m, log m), m its largest entry: formed in log space, so the entries
+    near that peak keep their digits at any tilt (scaling by the largest e^{lam t} on the
+    grid instead underflowed them where the grid reaches far beyond epsilon: at epsilon
+    0.0071, tilt 1e3 and tmax 4, every entry near epsilon was 0, and the estimate came
+    out below the closed form)."""
+    with np.errstate(divide="ignore"):
+        lw = np.log(P) + lam * t
+    top = float(lw.max())
+    return np.exp(lw - top), top
 
 
 class Tilted:
@@ -90,9 +109,7 @@ class Tilted:
 
     @classmethod
     def of(cls, P, t0, h, lam, budget):
-        w = lam * (t0 + np.arange(len(P)) * h)
-        top = w.max()
-        R = P * np.exp(w - top)
+        R, top = _tilted(P, t0 + np.arange(len(P)) * h, lam)
         s = R.sum()
         return cls(R / s, t0, h, lam, math.log(s) + top, budget)
 
@@ -111,7 +128,12 @@ class Tilted:
         kept = z[i:j].copy()
         kept[0] += z[:i].sum()
         cut = self.cut + other.cut + (float(tail[j]) if j < n else 0.0)
-        return Tilted(kept, t0 + i * self.h, self.h, self.lam, log_scale, self.budget, cut)
+        # kept at sum 1 (its sum goes to the scale): where a cut takes most of the tilted
+        # mass, the rows would otherwise shrink at every squaring until they underflow
+        # (sigma 0.442, q 0.975, 48,945 steps: IndexError after 19 squarings)
+        total = kept.sum()
+        return Tilted(kept / total, t0 + i * self.h, self.h, self.lam,
+                      log_scale + math.log(total), self.budget, cut)
 
     def power(self, n: int) -> "Tilted":
         out, base = None, self
@@ -126,7 +148,10 @@ class Tilted:
     def delta(self, eps: float) -> float:
         if not hasattr(self, "_masses"):      # untilted, once: a root search asks often
             self._t = self.t0 + np.arange(len(self.R)) * self.h
-            self._masses = self.R * np.exp(self.log_scale - self.lam * self._t)
+            with np.errstate(divide="ignore", over="ignore"):
+                # (in log space: far below the tilted peak e^{log_scale - lam t} may
+                # overflow where R has underflowed to 0)
+                self._masses = np.exp(np.log(self.R) + self.log_scale - self.lam * self._t)
         sel = self._t > eps
         v = self._masses[sel] * -np.expm1(eps - self._t[sel])
         return float(v.sum()) + self.cut
@@ -157,7 +182,7 @@ def delta_curve(history, h: float, tmax: float, eps: float, direction: str, budg
     def tilted_mean(lam):
         total = 0.0
         for t, P, c in grids:
-            w = P * np.exp(lam * t - (lam * t).max())
+            w = _tilted(P, t, lam)[0]
             total += c * float((w * t).sum() / w.sum())
         return total - eps
 
@@ -223,6 +248,12 @@ def tail_end(history, delta: float) -> float:
     return tmax
 
 
+def _shown(x: float) -> str:
+    """Six decimals, or seven significant digits below 0.1 (where six decimals would
+    hide the digits pb's bracket differs in)."""
+    return f"{x:.6f}" if abs(x) >= 0.1 else f"{x:.7g}"
+
+
 def main(argv=None):
     import bench_random as br
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -238,7 +269,8 @@ def main(argv=None):
     parser.add_argument("--tmax", type=float, help="largest step loss kept (default: "
                         "where the mass beyond is below delta / 1e6, at least 4)")
     parser.add_argument("--h", type=float, nargs="*",
-                        help="grid spacings (default: 2e-6 times max(1, epsilon))")
+                        help="grid spacings (default: 2e-6 times max(1, epsilon); coarse where "
+                             "epsilon is below about 0.1: give smaller ones there)")
     args = parser.parse_args(argv)
     if args.history and not (args.delta is not None and 0 < args.delta < 1):
         parser.error(f"--history needs --delta in (0, 1), got {args.delta}")
@@ -267,8 +299,8 @@ def main(argv=None):
             est, counted = epsilon_ctd(history, delta, h, tmax, b.upper)
             off = max(b.lower - est, est - b.upper, 0.0)
             where = "inside" if off == 0 else f"outside by {off / b.upper:.2g} relative"
-            print(f"{name}: delta {delta:.4g}  pb [{b.lower:.6f}, {b.upper:.6f}]  "
-                  f"connect-the-dots {est:.6f} at h {h:.2g}, tmax {tmax:g}, counted in full "
+            print(f"{name}: delta {delta:.4g}  pb [{_shown(b.lower)}, {_shown(b.upper)}]  "
+                  f"connect-the-dots {_shown(est)} at h {h:.2g}, tmax {tmax:g}, counted in full "
                   f"{counted / delta:.1e} delta ({where})  {br.peer_answers(row)}",
                   flush=True)
 
