@@ -14,10 +14,12 @@ this way. delta(eps) = sum_t A(t) (1 - e^{eps - t})_+, per direction; the larger
 Products trim their far tails (the low end below 1e-15 of the peak; the high end where
 its mass, counted in full and reported, stays below 1e-7 delta in all). Float round-off
 makes the result an *estimate*, not a certificate. Run two spacings (``--h``) to see the
-O(h^2) part converge (it is not small at the default spacing where epsilon is: 2e-6
-reads 7e-4 high at epsilon 0.007, sigma 1.09607, q 1.688e-5, 16,384 steps, delta
-1.85e-6, and 1.1e-3 high at 0.0268; halving h twice lands inside pb's brackets); that
-does not show the round-off: products clip the FFT's noise
+O(h^2) part converge (it is not small at the default spacing where epsilon is small:
+2e-6 reads 9.5e-4 above the true value at epsilon 0.007, sigma 1.09607, q 1.688e-5,
+16,384 steps, delta 1.85e-6, where halving h twice lands inside pb's bracket, and
+1.1e-3 above pb's upper bound at 0.0268, where h 5e-7 is still 4e-6 above it and only
+the extrapolation e(h/2) - (e(h) - e(h/2)) / 3 lands inside; an extrapolated value is
+no longer one-sided); that does not show the round-off: products clip the FFT's noise
 to >= 0, which only adds mass, and where the tail that decides delta sits within about
 1e-11 of a row's tilted peak (small q, segments of different sigma) the estimate comes
 out high (a review measured +3.6e-5 in epsilon on the README's zoomed #1 against a
