@@ -23,8 +23,9 @@ no longer one-sided); that does not show the round-off: products clip the FFT's 
 to >= 0, which only adds mass, and where the tail that decides delta sits within about
 1e-11 of a row's tilted peak (small q, segments of different sigma) the estimate comes
 out high (a review measured +3.6e-5 in epsilon on the README's zoomed #1 against a
-long-double run, and 7-digit agreement on the other settings the README quotes). It shares no code with pb or the peers: where they disagree it says which one
-is off (README, "How it compares").
+long-double run, and 7-digit agreement on the other settings the README quotes). It
+shares no code with pb or the peers: where they disagree it says which one is off
+(README, "How it compares").
 
     python benchmarks/check_ctd.py --history 0.819916,7.794e-05,9462254 --delta 2.874e-12
     python benchmarks/check_ctd.py --only 31 192            # random-suite settings (seed 12)

@@ -206,9 +206,10 @@ def ordinary_bounds(sigma, q, log2_steps, delta, level=0):
 def reference(sigma, q, log2_steps, delta, start):
     """check_ctd's estimate (not a certificate), extrapolated from spacings h and h/2:
     the raw estimate errs upward by about h^2, ``e(h/2) - (e(h) - e(h/2)) / 3`` removes
-    that part (and is no longer one-sided: a bracket holding it is evidence, not proof).  h is relative to
-    epsilon where epsilon is small: at its default (2e-6) the tool reads 7e-4 high at
-    epsilon 0.007 (sigma 1.09607, q 1.688e-5, 16,384 steps, delta 1.85e-6)."""
+    that part (and is no longer one-sided: a bracket holding it is evidence, not proof).
+    h is relative to epsilon where epsilon is small: at its default (2e-6) the tool
+    reads 9.5e-4 above the true value at epsilon 0.007 (sigma 1.09607, q 1.688e-5,
+    16,384 steps, delta 1.85e-6)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import check_ctd
     history = [(sigma, q, 2 ** log2_steps)]
