@@ -71,11 +71,12 @@ def _split_set(split):
 
 
 def _coarsened(part, log_factor):
-    """Both representations of a part squared until the spacing is ``log_factor``."""
+    """Both representations of a part squared until the spacing is ``log_factor``
+    (``BucketSet.coarsened_to`` on the two together)."""
     split, grouped = part
-    while split.grid.log_factor < log_factor * (1 - 1e-12):
-        split, grouped = split.squared(), grouped.squared()
-    return split, grouped
+    joint = BucketSet(split.grid, (("split", (split.split,)), ("grouped", (grouped,))))
+    joint = joint.coarsened_to(log_factor)
+    return _split_set(joint.split), joint.grouped
 
 
 def _scaled(part, wa, wb):
