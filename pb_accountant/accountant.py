@@ -77,7 +77,8 @@ class PrivacyBucketsAccountant:
     "replace_special"), ``dataset_size`` and ``batch_size`` say how batches were formed
     (pb_accountant.samplers; docs/method.md §10).  Keyword options are expert
     overrides of the engine (paper's vocabulary): ``number_of_buckets``, ``factor``,
-    ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``.
+    ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``, and
+    ``two_scale`` (False: no separate bulk grid for small sampling rates).
 
     ``history`` is a plain list of ``(noise_multiplier, sample_rate, num_steps)``
     tuples; assigning it (lists of tuples or JSON lists of lists) validates it first.

@@ -565,6 +565,48 @@ class SplitBuckets(BucketRepresentation):
         return SplitBuckets(new, out, self.a_inf, self.b_minf, self.error,
                             self.compositions, 0.0, _rounded_relative(self.relative))
 
+    def scaled(self, ca: float, cb: float) -> "SplitBuckets":
+        """The A row and ``a_inf`` times ``ca``, the B row and ``b_minf`` times ``cb``
+        (positive floats): certifies the measures times exactly these numbers.  Each
+        entry's rounding is relative; the atoms' rounding, and entries that may
+        underflow (2^-1074 each), are absolute (pb_accountant/two_scale.py)."""
+        c = _scale_factors(ca, cb)
+        atoms = np.array([self.a_inf, self.b_minf]) * c
+        rows = self.rows * c[:, None]
+        check_finite("scaled split rows", rows)
+        err = (self.error * c + 2.0 * _U * atoms + 5e-324 * self.grid.size) * (1.0 + 4 * _U)
+        return SplitBuckets(self.grid, rows, float(atoms[0]), float(atoms[1]), err,
+                            self.compositions, self.overflow * float(c.max()),
+                            _rounded_relative(self.relative, 2))
+
+    def with_relative_slack(self, tau: float) -> "SplitBuckets":
+        """These buckets as a certificate of any measure within relative ``tau`` of the
+        one they certify, entry by entry and atom by atom (|ref - m| <= tau m): the
+        relative error gains about 2 tau, the absolute part 2 tau of itself and of the
+        atoms (pb_accountant/two_scale.py)."""
+        if not (0.0 <= tau <= 1e-3):
+            raise ValueError(f"tau must be in [0, 1e-3], got {tau!r}")
+        if tau == 0.0:
+            return self
+        atoms = np.array([self.a_inf, self.b_minf])
+        err = (self.error * (1.0 + 2.0 * tau) + 2.0 * tau * atoms) * (1.0 + 4 * _U)
+        rel = (self.relative + 2.0 * tau) * (1.0 + 2.0 * tau) * (1.0 + 4 * _U)
+        return SplitBuckets(self.grid, self.rows, self.a_inf, self.b_minf, err,
+                            self.compositions, self.overflow, rel)
+
+    def plus(self, other: "SplitBuckets") -> "SplitBuckets":
+        """The split pair of the union of two disjoint event sets, given theirs on the
+        same grid: rows and atoms add (each row dominates its part, so the sum dominates
+        the union).  The entries' rounding is relative, the atoms' absolute."""
+        if other.grid != self.grid:
+            raise ValueError(f"plus needs the same grid, got {self.grid!r} and {other.grid!r}")
+        atoms = np.array([self.a_inf + other.a_inf, self.b_minf + other.b_minf])
+        err = (self.error + other.error + 2.0 * _U * atoms) * (1.0 + 4 * _U)
+        return SplitBuckets(self.grid, self.rows + other.rows, float(atoms[0]),
+                            float(atoms[1]), err, max(self.compositions, other.compositions),
+                            self.overflow + other.overflow,
+                            _rounded_relative(np.maximum(self.relative, other.relative), 2))
+
     def loss_moments(self, row: int = 0):
         """Mean and standard deviation of the loss weighted by the A-row (0) or the
         B-row (1) (for grid choice)."""
@@ -942,6 +984,71 @@ class GroupedBuckets(BucketRepresentation):
         return self._with(grid, z, err, self.compositions + other.compositions,
                           self._product_infinities(other), rel, log_scale)
 
+    def scaled(self, ca: float, cb: float) -> "GroupedBuckets":
+        """The rows holding A-masses (A, D) and ``a_inf`` times ``ca``, those holding
+        B-masses (B, C) and ``b_minf`` times ``cb``: every group's masses times exactly
+        these numbers (``SplitBuckets.scaled``; errors in stored units)."""
+        c = _scale_factors(ca, cb)
+        w = np.array([c[0] if k in ("A", "D") else c[1] for k in self.kinds])
+        atoms = np.array([self.a_inf * c[0], self.b_minf * c[1]])
+        rows = self.rows * w[:, None]
+        check_finite("scaled grouped rows", rows)
+        err = (self.error * w + 2.0 * _U * self._atoms() * w + 5e-324 * self.grid.size) \
+            * (1.0 + 4 * _U)
+        return self._with(self.grid, rows, err, infinities=(float(atoms[0]), float(atoms[1])),
+                          relative=_rounded_relative(self.relative, 2))
+
+    def with_relative_slack(self, tau: float) -> "GroupedBuckets":
+        """``SplitBuckets.with_relative_slack`` for groups (errors in stored units)."""
+        if not (0.0 <= tau <= 1e-3):
+            raise ValueError(f"tau must be in [0, 1e-3], got {tau!r}")
+        if tau == 0.0:
+            return self
+        err = (self.error * (1.0 + 2.0 * tau) + 2.0 * tau * self._atoms()) * (1.0 + 4 * _U)
+        rel = (self.relative + 2.0 * tau) * (1.0 + 2.0 * tau) * (1.0 + 4 * _U)
+        return self._with(self.grid, self.rows, err, relative=rel)
+
+    def plus(self, other: "GroupedBuckets") -> "GroupedBuckets":
+        """Groups of two disjoint event sets on the same grid, those with the same label
+        merged (any grouping bounds from below): each row is brought to a common
+        log-scale (C and D: the larger of the two rows' true peaks; A and B stay in true
+        units), by e^{gap} (formed as the
+        engine forms every scale: within 4u (|gap| + |scales| + 2) of itself,
+        ``_scale_rounding``), then the rows add; entries below 2^-1074 that underflow
+        are absolute error."""
+        if other.grid != self.grid or other.directions != self.directions:
+            raise ValueError("plus needs groups of the same directions on the same grid")
+        # the common scale: the larger true peak of each row (stored rows then peak near
+        # 1, so neither operand's entries are pushed out of range by the other's scale)
+        with np.errstate(divide="ignore"):
+            peaks = [np.where(g.rows.max(axis=1) > 0, g.log_scale + np.log(g.rows.max(axis=1)),
+                              -np.inf) for g in (self, other)]
+        top = np.maximum(peaks[0], peaks[1])
+        top = np.where(np.isfinite(top), top, np.maximum(self.log_scale, other.log_scale))
+        top = np.maximum(top, np.maximum(self.log_scale, other.log_scale) - 700.0)
+        # the A and B rows hold true masses (the bounds read them unscaled)
+        masses = np.array([k in ("A", "B") for k in self.kinds])
+        if np.any((self.log_scale != 0.0) & masses) or np.any((other.log_scale != 0.0) & masses):
+            raise RuntimeError("internal error: a grouped A or B row carries a log-scale")
+        top = np.where(masses, 0.0, top)
+        rows = np.zeros_like(self.rows)
+        err = np.zeros(len(self.rows))
+        rel = np.zeros(len(self.rows))
+        for g in (self, other):
+            gap = g.log_scale - top                      # at most 700: e^gap is finite
+            with np.errstate(under="ignore"):
+                f = np.exp(gap)
+                rows += g.rows * f[:, None]
+            rel_f = np.where(gap != 0, 4.0 * _U * (np.abs(gap) + np.abs(g.log_scale)
+                                                    + np.abs(top) + 2.0), 0.0) * (1.0 + 1e-9)
+            err += g.error * f * (1.0 + 2.0 * rel_f + 4.0 * _U)
+            rel = np.maximum(rel, (g.relative + 2.0 * rel_f) * (1.0 + 2.0 * rel_f))
+        atoms = (self.a_inf + other.a_inf, self.b_minf + other.b_minf)
+        err = (err + 2.0 * _U * (self._atoms() + other._atoms()) + 1e-323 * self.grid.size) \
+            * (1.0 + 8 * _U)
+        return self._with(self.grid, rows, err, max(self.compositions, other.compositions),
+                          atoms, _rounded_relative(rel, 3), top)
+
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "GroupedBuckets":
         """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
         label (weighted by the first mass row) sits at the mean loss of the first
@@ -1074,6 +1181,13 @@ def _label_caps(gap: np.ndarray, p: np.ndarray, error: float, labels: np.ndarray
             if k not in caps:
                 caps.append(k)
     return tuple(caps) or (LABEL_SLACK,)
+
+
+def _scale_factors(ca: float, cb: float) -> np.ndarray:
+    c = np.array([ca, cb], dtype=float)
+    if not (np.all(np.isfinite(c)) and np.all(c > 0)):
+        raise ValueError(f"scaled needs finite positive factors, got {ca!r} and {cb!r}")
+    return c
 
 
 def _scale_rounding(total: np.ndarray, *parts: np.ndarray) -> np.ndarray:

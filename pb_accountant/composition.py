@@ -65,7 +65,9 @@ class BucketOptions:
     (``Composer.refined``) may use twice as many.  ``halve_long_tails``: a leaf that
     needs more than LEAF_BUCKETS_AT_FULL_RESOLUTION buckets at ``leaf_resolution`` gets
     half that resolution (False: the query whose finest grids stayed too wide asks for
-    them at full resolution, ``engine.adaptive_epsilon_bounds``).
+    them at full resolution, ``engine.adaptive_epsilon_bounds``).  ``two_scale``: a
+    pair whose leaf is far coarser than its loss's narrow bulk composes its bulk on a
+    finer grid of its own (pb_accountant/two_scale.py; False: one grid, as before).
     """
 
     number_of_buckets: Optional[int] = None
@@ -76,6 +78,7 @@ class BucketOptions:
     leaf_resolution: float = 0.04
     max_buckets: int = 2 ** 17 - 2
     halve_long_tails: bool = True
+    two_scale: bool = True
 
     def __post_init__(self):
         if self.number_of_buckets is not None:
@@ -90,9 +93,10 @@ class BucketOptions:
         check_real("resolution", self.resolution, low=0.0, high=1.0, low_open=True)
         check_real("leaf_resolution", self.leaf_resolution, low=0.0, high=1.0, low_open=True)
         check_count("max_buckets", self.max_buckets, minimum=62)
-        if not isinstance(self.halve_long_tails, bool):
-            raise ValueError(f"halve_long_tails must be True or False, got "
-                             f"{self.halve_long_tails!r}")
+        for name in ("halve_long_tails", "two_scale"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got "
+                                 f"{getattr(self, name)!r}")
 
 
 #: delta class used when no target delta is given (curves, delta queries): it sizes the
@@ -672,6 +676,7 @@ class Composer:
         self._coarsened_joint: dict = {}
         self._ids: dict = {}
         self._leaf_grids: dict = {}
+        self._two_scale_cuts: dict = {}
         self._refined: dict = {}
         self._bytes = 0
         self._cache_size = cache_size
@@ -905,11 +910,77 @@ class Composer:
     # base: its leaf) or the product of the leaves of one count group (key:
     # ("group", name), base: that product).  ``base(reps)`` returns its values.
     def _power(self, reps, unit, k: int, cfg, base):
-        """unit^(2^k): the base squared k times by self-composition."""
+        """unit^(2^k): the base squared k times by self-composition, or, for a pair
+        that takes two-scale leaves, their sum up to the level where its parts merge
+        (pb_accountant/two_scale.py)."""
         if k == 0:
             return base(reps)
+        if self._two_scale_cut(reps, unit, cfg) is not None:
+            state = self._two_scale_state(unit, k, cfg)
+            if state is not None:
+                return self._two_scale_power(reps, unit, k, cfg, state)
         below = lambda r: self._power(r, unit, k - 1, cfg, base)  # noqa: E731
         return self._combine(reps, ("pow", unit, cfg, k), cfg, below, below, same=True)
+
+    # -- two-scale leaves (pb_accountant/two_scale.py) --------------------------------
+    def _two_scale_cut(self, reps, unit, cfg):
+        """The cut of ``unit``'s steps into bulk and rest, or None (groups of pairs,
+        focused or joint compositions, pairs the rule declines)."""
+        if (not self.options.two_scale or isinstance(unit, tuple) or cfg[2] is not None
+                or not all(isinstance(r, str) for r in reps)):
+            return None
+        key = (unit, cfg[:2])
+        if key not in self._two_scale_cuts:
+            if len(self._two_scale_cuts) > _INTERNED_KEYS:
+                self._two_scale_cuts.clear()
+            from . import two_scale      # (it composes with this module's functions)
+            # (the leaves the query asks for, made together: they share their masses)
+            leaf = self._leaf(("split",) + tuple(r for r in reps if r != "split"), unit,
+                              cfg)[0][0].split
+            cut = two_scale.two_scale_leaf(unit, leaf, self.options)
+            if cut is not None and two_scale.part_leaves(unit, cut) is None:
+                cut = None
+            self._two_scale_cuts[key] = cut
+        return self._two_scale_cuts[key]
+
+    def _two_scale_state(self, unit, k: int, cfg):
+        """(bulk, rest) after k levels, or None once the parts have merged at a level
+        below k (the ordinary squaring then goes on from the merged sum)."""
+        from . import two_scale
+        key = ("two-scale", unit, cfg, k)
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
+        if k == 1:
+            below = two_scale.part_leaves(unit, self._two_scale_cut(("split",), unit, cfg))
+            below = below + (False,)
+        else:
+            below = self._two_scale_state(unit, k - 1, cfg)
+            if below is None or below[2]:
+                return None
+        bulk, rest = two_scale.next_level(below[0], below[1], cfg[1], self.options)
+        done = (bulk.split.grid.log_factor >= rest.split.grid.log_factor * (1 - 1e-12)
+                or k >= two_scale.MAX_LEVELS)
+        value = (bulk, rest, done)
+        self._remember(key, value)
+        return value
+
+    def _two_scale_power(self, reps, unit, k: int, cfg, state):
+        """unit^(2^k) = bulk + rest, each representation cached as the ordinary powers
+        are."""
+        from . import two_scale
+        key = ("pow", unit, cfg, k)
+        out = {rep: self._cached((rep, key)) for rep in reps}
+        if any(v is None for v in out.values()):
+            whole = two_scale.merged(state[0], state[1])
+            groups = dict(zip(two_scale.GROUPED, whole._get("grouped")))
+            values = {"split": (BucketSet(whole.grid, (("split", (whole.split,)),)), None)}
+            values.update(groups)
+            for rep in reps:
+                if out[rep] is None:
+                    out[rep] = values[rep]
+                    self._remember((rep, key), values[rep])
+        return tuple(out[rep] for rep in reps)
 
     def _segment(self, reps, unit, count: int, b: int, cfg, base):
         """unit^count down to bit ``b``: its binary powers folded from the highest set
@@ -1043,10 +1114,13 @@ _ID_COUNTER = [0]
 def _size(value) -> int:
     """Bytes of rows held by a cached value (BucketSet, (BucketSet, Plan) or one
     representation)."""
-    if isinstance(value, tuple):
-        value = value[0]
+    if isinstance(value, tuple):        # (BucketSet, Plan) or two-scale (bulk, rest, done)
+        return sum(_size(v) for v in value if v is not None and not isinstance(v, (bool, Plan)))
     if isinstance(value, BucketSet):
         return sum(rows.nbytes for rows in value._rows())
+    part = getattr(value, "values", None)            # a two-scale part
+    if isinstance(part, BucketSet):
+        return _size(part)
     return value.rows.nbytes
 
 

@@ -93,6 +93,19 @@ class BucketRepresentation(abc.ABC):
         full = self.compose_full(other)
         return full.restricted(full.grid.window(self.grid.number_of_buckets, 0))
 
+    def placed(self, grid):
+        """The same buckets on ``grid``, a grid of the same spacing holding every bucket
+        of this one (exact: the new buckets are empty).  Used to add representations
+        of disjoint event sets (pb_accountant/two_scale.py)."""
+        g = self.grid
+        start = (g.offset - g.number_of_buckets) - (grid.offset - grid.number_of_buckets)
+        if grid.log_factor != g.log_factor or start < 0 or start + g.size > grid.size:
+            raise ValueError(f"placed needs a grid of the same spacing holding {g!r}, "
+                             f"got {grid!r}")
+        rows = np.zeros((len(self.rows), grid.size))
+        rows[:, start: start + g.size] = self.rows
+        return dataclasses.replace(self, grid=grid, rows=rows)
+
     def columns(self, grid, lo: int, hi: int):
         """The same buckets with only positions lo..hi kept, on ``grid``: exact when
         every row is zero outside (used to crop emptied buckets)."""

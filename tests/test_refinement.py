@@ -47,7 +47,7 @@ def test_refined_composers_halve_both_resolutions_and_are_made_once():
 
 def test_a_wide_bracket_is_refined_and_both_grids_bound_it():
     pairs = [(SubsampledGaussian(s, q), n) for s, q, n in HISTORY]
-    c = Composer()
+    c = Composer(BucketOptions(two_scale=False))      # (two-scale leaves make it narrow)
     from pb_accountant.engine import _two_sided_bounds
     first = _two_sided_bounds(c, pairs, DELTA, False)
     assert _width(first) > 4 * TARGET_WIDTH            # the case needs refining
@@ -452,9 +452,10 @@ def test_a_bracket_left_wide_says_why(monkeypatch):
 def test_a_real_capped_run_notes_its_width():
     """10^7 steps at sigma 0.6, q 1e-5 (issue 12's small-q corner): one step's loss has
     a spread near 4e-5 and a tail past 3, and even the finest level's leaf is far
-    coarser than that spread asks for; the bracket is certified but about 2.6% wide, and
-    the answer says so."""
-    acc = PrivacyBucketsAccountant()
+    coarser than that spread asks for; the bracket is certified but about 0.5% wide, and
+    the answer says so.  (Two-scale leaves, on by default, give this case its own bulk
+    grid; with them off it stays the capped run it was.)"""
+    acc = PrivacyBucketsAccountant(two_scale=False)
     acc.history = [(0.6, 1e-5, 10 ** 7)]
     b = acc.get_epsilon_bounds(1e-5)
     assert 0.0 < b.lower <= b.upper < math.inf

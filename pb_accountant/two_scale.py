@@ -1,0 +1,281 @@
+"""Two-scale leaves: a step's narrow bulk on a fine grid, its rare rest on the leaf grid
+(docs/method.md §3, "Two-scale leaves").
+
+At small sampling rates one step's loss is a narrow bulk (losses of order q) plus a
+rare tail reaching several units.  The leaf spacing follows the whole distribution's
+spread, which the tail sets, so it is many times the bulk's own; rounding the bulk to it
+at every one of millions of steps then decides the width.  Cut each step's events at a
+loss W into the bulk (loss <= W) and the rest (loss > W).  For 2^k steps
+
+    P^(2^k) = B_k + R_k,    B_{k+1} = B_k B_k,    R_{k+1} = R_k (2 B_k + R_k):
+
+B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on the
+leaf spacing.  Once B's grid has coarsened to R's the two are added and the ordinary
+squaring goes on; an event of the rest is rounded to the coarse grid about once per
+level instead of once per step.
+
+Both representations go through it: the split pairs' rows and atoms add (each part's
+rows dominate that part, so their sum dominates the whole), and groups with the same
+label merge (any grouping bounds from below).  The parts are sub-probability measures;
+each is stored times a scale s = (s_A, s_B) (A-mass rows, B-mass rows) that keeps its
+reference measure's mass at most 1, so the products' infinity-atom formula
+(a1 + a2 - a1 a2) stays an upper bound.  The scales are floats: the reference is s
+times the true part up to a relative deviation ``tau`` per term, charged as relative
+error when the parts are added back (``with_relative_slack``).  Only pairs without loss
+atoms or infinite losses, on adaptive grids, take this path (``two_scale_leaf``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from ._fp import UNIT_ROUNDOFF
+from .buckets import GroupedBuckets, Grid, SplitBuckets
+from .composition import BucketOptions, BucketSet, compose_split, follow_plan
+
+_U = UNIT_ROUNDOFF
+#: the rest holds at most this share of one step's A-mass (W: the first leaf grid point
+#: at or above 0 with no more A-mass above it)
+REST_MASS = 1e-3
+#: two-scale leaves are used when the leaf spacing is at least this many times the
+#: bulk's own (measured: 8-64 times beat the finest refinement level at half its cost
+#: or less; 2 times gains nothing over refining once, docs/method.md §3)
+MIN_SCALE_RATIO = 8
+#: the bulk's spacing is at least the leaf spacing over this (its scale grows as
+#: (1/mass)^(2^k) over the levels before the parts merge: this keeps them in range)
+MAX_SCALE_RATIO = 64
+#: the parts are added after at most this many levels whatever their spacings
+MAX_LEVELS = 16
+#: a part whose A- or B-mass is below this is not worth a grid of its own (extreme
+#: pairs: sigma near 0, where the rest's B-mass is e^{-1/(2 sigma^2)}); scaling it to
+#: mass 1 would take factors near the floating-point range
+MIN_PART_MASS = 1e-100
+#: directions of the groups composed along (both: a later lower bound reuses them)
+GROUPED = ("grouped-ab", "grouped-ba")
+
+
+@dataclass(frozen=True)
+class TwoScaleLeaf:
+    """Where one pair's steps are cut: at W = ``cut`` times the leaf spacing, the bulk
+    on spacing ``bulk_spacing``."""
+
+    leaf: Grid
+    cut: int
+    low: int          # the leaf's lowest and highest non-empty points: the parts'
+    high: int         # grids span them
+    bulk_spacing: float
+
+    @property
+    def ratio(self) -> int:
+        return int(round(self.leaf.log_factor / self.bulk_spacing))
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """A sub-probability part of a composition: ``values`` (the split pair and the
+    groups of both directions on one grid) certify a reference measure equal to
+    ``scale`` (per A- and B-mass rows) times the true part, up to a relative deviation
+    ``tau`` of each term; the reference's masses are at most 1."""
+
+    values: BucketSet
+    scale: Tuple[float, float]
+    tau: float
+
+    @property
+    def split(self) -> SplitBuckets:
+        return self.values.split
+
+    def groups(self) -> Tuple[GroupedBuckets, ...]:
+        return self.values._get("grouped")
+
+
+def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional[TwoScaleLeaf]:
+    """The cut for ``pair`` whose ordinary leaf is ``leaf``, or None where two-scale
+    leaves do not apply (loss atoms, infinite losses, fixed grids, ``two_scale`` off) or
+    would gain little
+    (the bulk's spacing at ``leaf_resolution`` is within MIN_SCALE_RATIO of the leaf's)."""
+    if (not options.two_scale or options.number_of_buckets is not None
+            or options.factor is not None
+            or pair.has_loss_atoms() or tuple(pair.infinity_masses()) != (0.0, 0.0)):
+        return None
+    grid = leaf.grid
+    H = grid.log_factor
+    t = grid.losses
+    A = leaf.rows[0]
+    above = np.cumsum(A[::-1])[::-1]             # A-mass at or above each point
+    candidates = np.flatnonzero((t >= 0) & (above <= REST_MASS))
+    if not len(candidates) or candidates[0] < 2:
+        return None
+    i = int(candidates[0])
+    inside = A[: i + 1]
+    m = math.fsum(inside)
+    if not m > 0.5:
+        return None
+    mu = math.fsum(inside * t[: i + 1]) / m
+    sd = math.sqrt(max(math.fsum(inside * (t[: i + 1] - mu) ** 2) / m, 0.0))
+    if not sd > 0:
+        return None
+    h = 2.0 ** math.floor(math.log2(options.leaf_resolution * sd))
+    h = max(h, H / MAX_SCALE_RATIO)
+    if h * MIN_SCALE_RATIO > H:
+        return None
+    cut = int(grid.indices[i])
+    filled = np.flatnonzero(np.any(leaf.rows != 0.0, axis=0))
+    low, high = (int(grid.indices[int(j)]) for j in (filled[0], filled[-1]))
+    ratio = int(round(H / h))
+    if (cut - low) * ratio / 2 + 8 > options.max_buckets:
+        return None
+    return TwoScaleLeaf(grid, cut, low, high, h)
+
+
+def _covering(step: float, i_lo: int, i_hi: int) -> Grid:
+    """A grid of spacing ``step`` whose points include absolute indices i_lo..i_hi."""
+    n = max(2, math.ceil((i_hi - i_lo) / 2))
+    n += n % 2
+    return Grid(step, n, i_lo + n)
+
+
+def _cut_masses(pair, bulk: Grid, rest: Grid, W: float):
+    """``leaf_masses`` of both parts from one set of cut points (the bulk's points up to
+    W, the rest's above it), so that the two parts partition the events exactly: per
+    part (a, b, ea, eb, shift) on its own grid, the other part's buckets empty."""
+    tb, tr = bulk.losses, rest.losses
+    nb = int(np.count_nonzero(tb <= W))
+    first = int(np.count_nonzero(tr <= W))          # rest points at or below W
+    if tb[nb - 1] != W or tr[first - 1] != W:
+        raise RuntimeError("internal error: the parts' grids do not share the cut point")
+    cuts = np.concatenate((tb[:nb], tr[first:]))
+    spacing = np.concatenate((np.full(nb, bulk.log_factor), np.full(len(cuts) - nb,
+                                                                     rest.log_factor)))
+    a, b, ea, eb, sh = pair.bucket_masses_with_displacement(cuts)
+    if not (np.all(np.isfinite(sh)) and np.all(sh <= 0.01 * spacing)):
+        a, b, ea, eb = pair.bucket_masses_with_error(cuts)
+        sh = np.zeros(len(cuts))
+    out = []
+    for grid, buckets, points, at in ((bulk, slice(0, nb), slice(0, nb), 0),
+                                      (rest, slice(nb, len(cuts) + 1), slice(nb - 1, len(cuts)),
+                                       first)):
+        masses = []
+        for v in (a, b, ea, eb):
+            m = np.zeros(grid.size + 1)
+            part = np.asarray(v, dtype=float)[buckets]
+            m[at: at + len(part)] = part
+            masses.append(m)
+        shift = np.zeros(grid.size)
+        pts = np.asarray(sh, dtype=float)[points]
+        shift[max(at - 1, 0): max(at - 1, 0) + len(pts)] = pts
+        out.append(tuple(masses) + (shift,))
+    return out
+
+
+def _part_leaf(grid: Grid, masses) -> Tuple[BucketSet, np.ndarray]:
+    """One part as a split pair and groups of both directions, and upper bounds on the
+    A- and B-masses of the split pair's reference rows."""
+    a, b, ea, eb, sh = masses
+    split = SplitBuckets.from_masses(grid, a, b, ea, eb, sh)
+    groups = tuple(GroupedBuckets.from_masses(grid, a, b, ea, eb, sh, (0.0, 0.0), (d,),
+                                              "upper") for d in ("ab", "ba"))
+    mass = np.array([math.fsum(row) for row in split.rows]) * (1.0 + split.relative) \
+        + split.error + np.array([split.a_inf, split.b_minf])
+    return BucketSet(grid, (("split", (split,)), ("grouped", groups))), mass * (1.0 + 8 * _U)
+
+
+def _scaled(values: BucketSet, ca: float, cb: float) -> BucketSet:
+    return values._map(values.grid, lambda r: r.scaled(ca, cb))
+
+
+def _below_inverse(w: float) -> float:
+    """A float at most 1 / w."""
+    return (1.0 / w) * (1.0 - 4 * _U)
+
+
+def part_leaves(pair, cut: TwoScaleLeaf) -> Optional[Tuple[Part, Part]]:
+    """The bulk and the rest of one step of ``pair``, each stored at mass at most 1
+    (None if either holds less than MIN_PART_MASS of A- or B-mass)."""
+    H, h = cut.leaf.log_factor, cut.bulk_spacing
+    r = cut.ratio
+    W = cut.cut * H
+    lo = cut.low * r
+    hi = cut.high
+    grids = (_covering(h, lo - 4, cut.cut * r + 4), _covering(H, cut.cut - 4, hi + 4))
+    parts = []
+    for grid, masses in zip(grids, _cut_masses(pair, *grids, W)):
+        values, mass = _part_leaf(grid, masses)
+        stored = values.split.rows.sum(axis=1)
+        if not (np.all(stored > MIN_PART_MASS) and np.all(np.isfinite(mass))):
+            return None
+        c = (_below_inverse(float(mass[0])), _below_inverse(float(mass[1])))
+        parts.append(Part(_scaled(values, *c), c, 0.0))
+    return parts[0], parts[1]
+
+
+def _split_only(values: BucketSet) -> BucketSet:
+    return BucketSet(values.grid, (("split", (values.split,)),))
+
+
+def _product(x: Part, y: Part, budget: float, options: BucketOptions) -> Part:
+    """x * y: the split pair by the engine's policy, the groups following its plan."""
+    same = x is y
+    sx = _split_only(x.values)
+    z, plan = compose_split(sx, sx if same else _split_only(y.values), budget, options)
+    groups = tuple(follow_plan(plan, gx, gx if same else gy, same)
+                   for gx, gy in zip(x.groups(), y.groups()))
+    values = BucketSet(z.grid, (("split", (z.split,)), ("grouped", groups)))
+    scale = (x.scale[0] * y.scale[0], x.scale[1] * y.scale[1])
+    tau = ((1.0 + x.tau) * (1.0 + y.tau) - 1.0 + _U) * (1.0 + 4 * _U)
+    return Part(values, scale, tau)
+
+
+def _sum(x: BucketSet, y: BucketSet) -> BucketSet:
+    """x + y (disjoint event sets) on the coarser of their spacings."""
+    d = max(x.grid.log_factor, y.grid.log_factor)
+    x, y = x.coarsened_to(d), y.coarsened_to(d)
+    lo = min(g.offset - g.number_of_buckets for g in (x.grid, y.grid))
+    hi = max(g.offset + g.number_of_buckets for g in (x.grid, y.grid))
+    grid = _covering(d, lo, hi)
+    members = tuple((name, tuple(a.placed(grid).plus(b.placed(grid))
+                                 for a, b in zip(reps, y._get(name))))
+                    for name, reps in x.members)
+    return BucketSet(grid, members)
+
+
+def _mixture(parts, weights, scale, tau) -> Part:
+    """sum_i weights_i parts_i, stored at ``scale``: part i is multiplied by
+    weights_i scale / scale_i (one rounding: the deviation grows by u)."""
+    out = None
+    for p, w in zip(parts, weights):
+        c = tuple(w * scale[j] / p.scale[j] for j in (0, 1))
+        v = _scaled(p.values, *c)
+        out = v if out is None else _sum(out, v)
+    return Part(out, scale, tau)
+
+
+def _mixture_scale(parts, weights) -> Tuple[float, float]:
+    """Per row, a float c with sum_i weights_i c / scale_i <= 1 after the coefficients'
+    rounding: the mixture's reference mass stays at most 1."""
+    return tuple((1.0 - 16 * _U) / math.fsum(w / p.scale[j] for p, w in zip(parts, weights))
+                 for j in (0, 1))
+
+
+def merged(bulk: Part, rest: Part) -> BucketSet:
+    """B + R in true units: an ordinary BucketSet certifying the whole composition."""
+    both = (bulk, rest)
+    x = _mixture(both, (1.0, 1.0), (1.0, 1.0), 0.0)
+    tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
+    return x.values._map(x.values.grid, lambda r: r.with_relative_slack(tau))
+
+
+def next_level(bulk: Part, rest: Part, budget: float,
+               options: BucketOptions) -> Tuple[Part, Part]:
+    """(B_{k+1}, R_{k+1}) = (B_k B_k, R_k (2 B_k + R_k)): the rest keeps its spacing
+    (its products do not coarsen on the spread)."""
+    square = _product(bulk, bulk, budget, options)
+    scale = _mixture_scale((bulk, rest), (2.0, 1.0))
+    tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
+    s = _mixture((bulk, rest), (2.0, 1.0), scale, tau)
+    keep = dataclasses.replace(options, resolution=1e-12)
+    return square, _product(rest, s, budget, keep)
