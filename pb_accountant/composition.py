@@ -194,6 +194,10 @@ class BucketSet:
                 return reps
         return ()
 
+    def representations_of(self, method: str) -> Tuple[BucketRepresentation, ...]:
+        """What ``method`` stores here (one, or one per direction; () if absent)."""
+        return self._get(method)
+
     @property
     def split(self) -> SplitBuckets:
         """The split pair: always composed (it sizes the grid and the infinity mass)."""
@@ -916,6 +920,9 @@ class Composer:
         if k == 0:
             return base(reps)
         if self._two_scale_cut(reps, unit, cfg) is not None:
+            cached = tuple(self._cached((rep, ("pow", unit, cfg, k))) for rep in reps)
+            if all(v is not None for v in cached):
+                return cached         # (the parts' levels may have left the cache)
             state = self._two_scale_state(unit, k, cfg)
             if state is not None:
                 return self._two_scale_power(reps, unit, k, cfg, state)
@@ -938,8 +945,12 @@ class Composer:
             leaf = self._leaf(("split",) + tuple(r for r in reps if r != "split"), unit,
                               cfg)[0][0].split
             cut = two_scale.two_scale_leaf(unit, leaf, self.options)
-            if cut is not None and two_scale.part_leaves(unit, cut) is None:
-                cut = None
+            if cut is not None:
+                parts = two_scale.part_leaves(unit, cut)
+                if parts is None:
+                    cut = None
+                else:
+                    self._remember(("two-scale-leaves", unit, cfg[:2]), parts)
             self._two_scale_cuts[key] = cut
         return self._two_scale_cuts[key]
 
@@ -952,7 +963,9 @@ class Composer:
         if hit is not None:
             return hit
         if k == 1:
-            below = two_scale.part_leaves(unit, self._two_scale_cut(("split",), unit, cfg))
+            below = self._cached(("two-scale-leaves", unit, cfg[:2]))
+            if below is None:
+                below = two_scale.part_leaves(unit, self._two_scale_cut(("split",), unit, cfg))
             below = below + (False,)
         else:
             below = self._two_scale_state(unit, k - 1, cfg)
@@ -973,7 +986,7 @@ class Composer:
         out = {rep: self._cached((rep, key)) for rep in reps}
         if any(v is None for v in out.values()):
             whole = two_scale.merged(state[0], state[1])
-            groups = dict(zip(two_scale.GROUPED, whole._get("grouped")))
+            groups = dict(zip(two_scale.GROUPED, whole.representations_of("grouped")))
             values = {"split": (BucketSet(whole.grid, (("split", (whole.split,)),)), None)}
             values.update(groups)
             for rep in reps:

@@ -90,7 +90,7 @@ class Part:
         return self.values.split
 
     def groups(self) -> Tuple[GroupedBuckets, ...]:
-        return self.values._get("grouped")
+        return self.values.representations_of("grouped")
 
 
 def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional[TwoScaleLeaf]:
@@ -238,7 +238,7 @@ def _sum(x: BucketSet, y: BucketSet) -> BucketSet:
     hi = max(g.offset + g.number_of_buckets for g in (x.grid, y.grid))
     grid = _covering(d, lo, hi)
     members = tuple((name, tuple(a.placed(grid).plus(b.placed(grid))
-                                 for a, b in zip(reps, y._get(name))))
+                                 for a, b in zip(reps, y.representations_of(name))))
                     for name, reps in x.members)
     return BucketSet(grid, members)
 
