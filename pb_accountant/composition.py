@@ -194,6 +194,11 @@ class BucketSet:
                 return reps
         return ()
 
+    def mapped(self, f) -> "BucketSet":
+        """Every representation through ``f``, an operation that keeps the grid (scaling,
+        relative slack: pb_accountant/two_scale.py)."""
+        return self._map(self.grid, f)
+
     def representations_of(self, method: str) -> Tuple[BucketRepresentation, ...]:
         """What ``method`` stores here (one, or one per direction; () if absent)."""
         return self._get(method)

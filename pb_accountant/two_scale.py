@@ -185,7 +185,7 @@ def _part_leaf(grid: Grid, masses) -> Tuple[BucketSet, np.ndarray]:
 
 
 def _scaled(values: BucketSet, ca: float, cb: float) -> BucketSet:
-    return values._map(values.grid, lambda r: r.scaled(ca, cb))
+    return values.mapped(lambda r: r.scaled(ca, cb))
 
 
 def _below_inverse(w: float) -> float:
@@ -266,7 +266,7 @@ def merged(bulk: Part, rest: Part) -> BucketSet:
     both = (bulk, rest)
     x = _mixture(both, (1.0, 1.0), (1.0, 1.0), 0.0)
     tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
-    return x.values._map(x.values.grid, lambda r: r.with_relative_slack(tau))
+    return x.values.mapped(lambda r: r.with_relative_slack(tau))
 
 
 def next_level(bulk: Part, rest: Part, budget: float,

@@ -218,3 +218,65 @@ def test_determinism_incremental_fresh_and_restored():
     answers = [x.get_epsilon_bounds(delta) for x in (a, fresh, restored)]
     assert len({(b.lower, b.upper) for b in answers}) == 1
     assert answers[0].upper == a.get_epsilon(delta)
+
+
+def _exact_two_step_delta(sigma, q, eps):
+    """delta(eps) of two Poisson-subsampled Gaussian steps (add/remove), both directions,
+    to 30 digits: for each first outcome x the second is integrated in closed form (the
+    loss l(x) = log(1 - q + q e^{(2x - 1) / (2 sigma^2)}) increases with x, so the events
+    where the pair's loss passes +-eps are a half-line in the second outcome)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 30
+    s, q, eps = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
+
+    def b(x):
+        return mp.npdf(x, 0, s)
+
+    def a(x):
+        return (1 - q) * b(x) + q * mp.npdf(x, 1, s)
+
+    def cdf_a(c):
+        return (1 - q) * mp.ncdf(c / s) + q * mp.ncdf((c - 1) / s)
+
+    def l(x):
+        return mp.log(1 - q + q * mp.exp((2 * x - 1) / (2 * s * s)))
+
+    def inverse(target):          # c with l(c) = target, -inf where l never gets below it
+        y = mp.exp(target) - (1 - q)
+        return s * s * mp.log(y / q) + mp.mpf(1) / 2 if y > 0 else -mp.inf
+
+    def ab(x):                    # the second outcome above c: a a - e^eps b b > 0
+        c = inverse(eps - l(x))
+        return a(x) * (1 - cdf_a(c)) - mp.exp(eps) * b(x) * (1 - mp.ncdf(c / s))
+
+    def ba(x):                    # below c': b b - e^eps a a > 0
+        c = inverse(-eps - l(x))
+        if c == -mp.inf:
+            return mp.mpf(0)
+        return b(x) * mp.ncdf(c / s) - mp.exp(eps) * a(x) * cdf_a(c)
+
+    # the kinks: where the half-line starts to exist
+    k_ab = inverse(eps - mp.log(1 - q))
+    k_ba = inverse(-eps - mp.log(1 - q))
+    pts = sorted({-mp.inf, -20 * s, 0, mp.mpf(1) / 2, 1, 1 + 20 * s, mp.inf}
+                 | {k for k in (k_ab, k_ba) if k != -mp.inf})
+    return (float(mp.quad(ab, pts)), float(mp.quad(ba, pts)))
+
+
+@pytest.mark.parametrize("sigma, q", [(0.6, 3e-5), (0.45, 1e-4)])
+def test_two_steps_bracket_the_exact_delta(sigma, q):
+    """Two steps go through two-scale leaves (the first level's bulk and rest, added):
+    both bounds bracket delta computed to 30 digits."""
+    from pb_accountant.engine import PrivacyBuckets
+    pair = SubsampledGaussian(sigma, q)
+    assert _cut(pair, delta=1e-10, steps=2) is not None
+    comp = Composer()
+    buckets = comp.compose([(pair, 2)], None)
+    assert any(cut is not None for cut in comp._two_scale_cuts.values())
+    eps = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
+    d = PrivacyBuckets(buckets, None).delta_bounds(eps)
+    for e, lo, up in zip(eps, d.lower, d.upper):
+        exact = max(_exact_two_step_delta(sigma, q, e))
+        assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
+        if exact >= 1e-10:        # (tiny deltas sit below the default delta class)
+            assert up - lo <= 1e-2 * exact
