@@ -960,28 +960,55 @@ class Composer:
         return self._two_scale_cuts[key]
 
     def _two_scale_state(self, unit, k: int, cfg):
-        """(bulk, rest) after k levels, or None once the parts have merged at a level
-        below k (the ordinary squaring then goes on from the merged sum)."""
+        """The split pair's (bulk, rest, done, plans) after k levels, or None once the
+        parts have merged at a level below k (the ordinary squaring then goes on from
+        the merged sum); ``plans``: how level k-1's products were made, which the
+        groups' chains follow (``_two_scale_group_state``)."""
         from . import two_scale
-        key = ("two-scale", unit, cfg, k)
+        key = ("two-scale", "split", unit, cfg, k)
         hit = self._cached(key)
         if hit is not None:
             return hit
         if k == 1:
-            below = self._cached(("two-scale-leaves", unit, cfg[:2]))
-            if below is None:
-                below = two_scale.part_leaves(unit, self._two_scale_cut(("split",), unit, cfg))
-            below = below + (False,)
+            below = self._two_scale_leaves(unit, cfg)
+            below = (two_scale.representation(below[0], "split"),
+                     two_scale.representation(below[1], "split"), False)
         else:
             below = self._two_scale_state(unit, k - 1, cfg)
             if below is None or below[2]:
                 return None
-        bulk, rest = two_scale.next_level(below[0], below[1], cfg[1], self.options)
+        bulk, rest, plans = two_scale.next_level(below[0], below[1], cfg[1], self.options)
         done = (bulk.split.grid.log_factor >= rest.split.grid.log_factor * (1 - 1e-12)
                 or k >= two_scale.MAX_LEVELS)
-        value = (bulk, rest, done)
+        value = (bulk, rest, done, plans)
         self._remember(key, value)
         return value
+
+    def _two_scale_group_state(self, rep: str, unit, k: int, cfg):
+        """(bulk, rest) of the groups ``rep`` after k levels, composed on the grids the
+        split pair's chain chose (only the directions a query reads are composed)."""
+        from . import two_scale
+        key = ("two-scale", rep, unit, cfg, k)
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
+        if k == 1:
+            below = tuple(two_scale.representation(p, rep)
+                          for p in self._two_scale_leaves(unit, cfg))
+        else:
+            below = self._two_scale_group_state(rep, unit, k - 1, cfg)
+        value = two_scale.next_group_level(below[0], below[1],
+                                           self._two_scale_state(unit, k, cfg)[3])
+        self._remember(key, value)
+        return value
+
+    def _two_scale_leaves(self, unit, cfg):
+        from . import two_scale
+        hit = self._cached(("two-scale-leaves", unit, cfg[:2]))
+        if hit is None:
+            hit = two_scale.part_leaves(unit, self._two_scale_cut(("split",), unit, cfg))
+            self._remember(("two-scale-leaves", unit, cfg[:2]), hit)
+        return hit
 
     def _two_scale_power(self, reps, unit, k: int, cfg, state):
         """unit^(2^k) = bulk + rest, each representation cached as the ordinary powers
@@ -989,15 +1016,16 @@ class Composer:
         from . import two_scale
         key = ("pow", unit, cfg, k)
         out = {rep: self._cached((rep, key)) for rep in reps}
-        if any(v is None for v in out.values()):
-            whole = two_scale.merged(state[0], state[1])
-            groups = dict(zip(two_scale.GROUPED, whole.representations_of("grouped")))
-            values = {"split": (BucketSet(whole.grid, (("split", (whole.split,)),)), None)}
-            values.update(groups)
-            for rep in reps:
-                if out[rep] is None:
-                    out[rep] = values[rep]
-                    self._remember((rep, key), values[rep])
+        for rep in reps:
+            if out[rep] is None:
+                if rep == "split":
+                    whole = two_scale.merged(state[0], state[1])
+                    value = (BucketSet(whole.grid, (("split", (whole.split,)),)), None)
+                else:
+                    parts = self._two_scale_group_state(rep, unit, k, cfg)
+                    value, = two_scale.merged(*parts).representations_of("grouped")
+                out[rep] = value
+                self._remember((rep, key), value)
         return tuple(out[rep] for rep in reps)
 
     def _segment(self, reps, unit, count: int, b: int, cfg, base):

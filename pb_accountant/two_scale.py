@@ -1,4 +1,4 @@
-"""Two-scale leaves: a step's narrow bulk on a fine grid, its rare rest on the leaf grid
+"""Two-scale leaves: a step's narrow bulk on a fine grid, its rare rest on a coarse one
 (docs/method.md §3, "Two-scale leaves").
 
 At small sampling rates one step's loss is a narrow bulk (losses of order q) plus a
@@ -9,8 +9,8 @@ loss W into the bulk (loss <= W) and the rest (loss > W).  For 2^k steps
 
     P^(2^k) = B_k + R_k,    B_{k+1} = B_k B_k,    R_{k+1} = R_k (2 B_k + R_k):
 
-B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on the
-leaf spacing.  Once B's grid has coarsened to R's the two are added and the ordinary
+B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on
+REST_SPACING times the leaf spacing.  Once B's grid has coarsened to R's the two are added and the ordinary
 squaring goes on; an event of the rest is rounded to the coarse grid about once per
 level instead of once per step.
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
 from .buckets import GroupedBuckets, Grid, SplitBuckets
-from .composition import BucketOptions, BucketSet, compose_split, follow_plan
+from .composition import BucketOptions, BucketSet, Plan, compose_split, follow_plan
 
 _U = UNIT_ROUNDOFF
 #: the rest holds at most this share of one step's A-mass (W: the first leaf grid point
@@ -48,20 +48,26 @@ MIN_SCALE_RATIO = 8
 #: the bulk's spacing is at least the leaf spacing over this (its scale grows as
 #: (1/mass)^(2^k) over the levels before the parts merge: this keeps them in range)
 MAX_SCALE_RATIO = 64
+#: the rest's spacing, in leaf spacings: its events are rounded about once per level, not
+#: once per step, so a coarser grid costs little width (at twice the leaf spacing the
+#: rest's products cost half as much; four times widened brackets by up to 17%,
+#: docs/method.md §3)
+REST_SPACING = 1
 #: the parts are added after at most this many levels whatever their spacings
 MAX_LEVELS = 16
 #: a part whose A- or B-mass is below this is not worth a grid of its own (extreme
 #: pairs: sigma near 0, where the rest's B-mass is e^{-1/(2 sigma^2)}); scaling it to
 #: mass 1 would take factors near the floating-point range
 MIN_PART_MASS = 1e-100
-#: directions of the groups composed along (both: a later lower bound reuses them)
+#: the group directions, each composed along its own chain when a query reads it
 GROUPED = ("grouped-ab", "grouped-ba")
 
 
 @dataclass(frozen=True)
 class TwoScaleLeaf:
-    """Where one pair's steps are cut: at W = ``cut`` times the leaf spacing, the bulk
-    on spacing ``bulk_spacing``."""
+    """Where one pair's steps are cut: at W = ``cut`` times the leaf spacing (a multiple
+    of REST_SPACING, so W is a point of the rest's grid), the bulk on spacing
+    ``bulk_spacing``."""
 
     leaf: Grid
     cut: int
@@ -76,8 +82,8 @@ class TwoScaleLeaf:
 
 @dataclass(frozen=True, eq=False)
 class Part:
-    """A sub-probability part of a composition: ``values`` (the split pair and the
-    groups of both directions on one grid) certify a reference measure equal to
+    """A sub-probability part of a composition: ``values`` (the split pair and/or
+    groups, on one grid) certify a reference measure equal to
     ``scale`` (per A- and B-mass rows) times the true part, up to a relative deviation
     ``tau`` of each term; the reference's masses are at most 1."""
 
@@ -88,9 +94,6 @@ class Part:
     @property
     def split(self) -> SplitBuckets:
         return self.values.split
-
-    def groups(self) -> Tuple[GroupedBuckets, ...]:
-        return self.values.representations_of("grouped")
 
 
 def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional[TwoScaleLeaf]:
@@ -123,7 +126,7 @@ def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional
     h = max(h, H / MAX_SCALE_RATIO)
     if h * MIN_SCALE_RATIO > H:
         return None
-    cut = int(grid.indices[i])
+    cut = -(-int(grid.indices[i]) // REST_SPACING) * REST_SPACING   # on the rest's grid
     filled = np.flatnonzero(np.any(leaf.rows != 0.0, axis=0))
     low, high = (int(grid.indices[int(j)]) for j in (filled[0], filled[-1]))
     ratio = int(round(H / h))
@@ -201,7 +204,9 @@ def part_leaves(pair, cut: TwoScaleLeaf) -> Optional[Tuple[Part, Part]]:
     W = cut.cut * H
     lo = cut.low * r
     hi = cut.high
-    grids = (_covering(h, lo - 4, cut.cut * r + 4), _covering(H, cut.cut - 4, hi + 4))
+    F = REST_SPACING
+    grids = (_covering(h, lo - 4, cut.cut * r + 4),
+             _covering(F * H, cut.cut // F - 4, -(-hi // F) + 4))
     parts = []
     for grid, masses in zip(grids, _cut_masses(pair, *grids, W)):
         values, mass = _part_leaf(grid, masses)
@@ -213,21 +218,38 @@ def part_leaves(pair, cut: TwoScaleLeaf) -> Optional[Tuple[Part, Part]]:
     return parts[0], parts[1]
 
 
-def _split_only(values: BucketSet) -> BucketSet:
-    return BucketSet(values.grid, (("split", (values.split,)),))
+def representation(part: Part, rep: str) -> Part:
+    """``part`` with the values of one representation alone: "split", or a group
+    direction of GROUPED (the chains of the split pair and of each direction's groups
+    are composed separately: a query composes only the directions it reads)."""
+    values = part.values
+    if rep == "split":
+        members = (("split", (values.split,)),)
+    else:
+        members = (("grouped", (values.representations_of("grouped")[GROUPED.index(rep)],)),)
+    return Part(BucketSet(values.grid, members), part.scale, part.tau)
 
 
-def _product(x: Part, y: Part, budget: float, options: BucketOptions) -> Part:
-    """x * y: the split pair by the engine's policy, the groups following its plan."""
-    same = x is y
-    sx = _split_only(x.values)
-    z, plan = compose_split(sx, sx if same else _split_only(y.values), budget, options)
-    groups = tuple(follow_plan(plan, gx, gx if same else gy, same)
-                   for gx, gy in zip(x.groups(), y.groups()))
-    values = BucketSet(z.grid, (("split", (z.split,)), ("grouped", groups)))
+def _product_weights(x: Part, y: Part) -> Tuple[Tuple[float, float], float]:
     scale = (x.scale[0] * y.scale[0], x.scale[1] * y.scale[1])
     tau = ((1.0 + x.tau) * (1.0 + y.tau) - 1.0 + _U) * (1.0 + 4 * _U)
-    return Part(values, scale, tau)
+    return scale, tau
+
+
+def _product(x: Part, y: Part, budget: float, options: BucketOptions) -> Tuple[Part, Plan]:
+    """x * y for split-pair parts, by the engine's policy, and the plan the groups'
+    products follow (``_followed``)."""
+    z, plan = compose_split(x.values, x.values if x is y else y.values, budget, options)
+    return Part(BucketSet(z.grid, (("split", (z.split,)),)), *_product_weights(x, y)), plan
+
+
+def _followed(plan: Plan, x: Part, y: Part) -> Part:
+    """x * y for parts holding one group direction, on the grids of ``plan``."""
+    same = x is y
+    gx, = x.values.representations_of("grouped")
+    gy, = y.values.representations_of("grouped")
+    z = follow_plan(plan, gx, gx if same else gy, same)
+    return Part(BucketSet(z.grid, (("grouped", (z,)),)), *_product_weights(x, y))
 
 
 def _sum(x: BucketSet, y: BucketSet) -> BucketSet:
@@ -269,13 +291,24 @@ def merged(bulk: Part, rest: Part) -> BucketSet:
     return x.values.mapped(lambda r: r.with_relative_slack(tau))
 
 
-def next_level(bulk: Part, rest: Part, budget: float,
-               options: BucketOptions) -> Tuple[Part, Part]:
-    """(B_{k+1}, R_{k+1}) = (B_k B_k, R_k (2 B_k + R_k)): the rest keeps its spacing
-    (its products do not coarsen on the spread)."""
-    square = _product(bulk, bulk, budget, options)
+def _rest_factor(bulk: Part, rest: Part) -> Part:
+    """2 B_k + R_k, stored at a scale that keeps its reference mass at most 1."""
     scale = _mixture_scale((bulk, rest), (2.0, 1.0))
     tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
-    s = _mixture((bulk, rest), (2.0, 1.0), scale, tau)
+    return _mixture((bulk, rest), (2.0, 1.0), scale, tau)
+
+
+def next_level(bulk: Part, rest: Part, budget: float,
+               options: BucketOptions) -> Tuple[Part, Part, Tuple[Plan, Plan]]:
+    """(B_{k+1}, R_{k+1}) = (B_k B_k, R_k (2 B_k + R_k)) for split-pair parts, and the
+    plans of the two products (``next_group_level``): the rest keeps its spacing (its
+    products do not coarsen on the spread)."""
+    square, bulk_plan = _product(bulk, bulk, budget, options)
     keep = dataclasses.replace(options, resolution=1e-12)
-    return square, _product(rest, s, budget, keep)
+    product, rest_plan = _product(rest, _rest_factor(bulk, rest), budget, keep)
+    return square, product, (bulk_plan, rest_plan)
+
+
+def next_group_level(bulk: Part, rest: Part, plans: Tuple[Plan, Plan]) -> Tuple[Part, Part]:
+    """``next_level`` for parts of one group direction, on the split pair's grids."""
+    return _followed(plans[0], bulk, bulk), _followed(plans[1], rest, _rest_factor(bulk, rest))
