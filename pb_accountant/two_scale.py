@@ -1,4 +1,4 @@
-"""Two-scale leaves: a step's narrow bulk on a fine grid, its rare rest on a coarse one
+"""Two-scale leaves: a step's narrow bulk on a fine grid, its rare rest on the leaf grid
 (docs/method.md §3, "Two-scale leaves").
 
 At small sampling rates one step's loss is a narrow bulk (losses of order q) plus a
@@ -9,10 +9,11 @@ loss W into the bulk (loss <= W) and the rest (loss > W).  For 2^k steps
 
     P^(2^k) = B_k + R_k,    B_{k+1} = B_k B_k,    R_{k+1} = R_k (2 B_k + R_k):
 
-B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on
-REST_SPACING times the leaf spacing.  Once B's grid has coarsened to R's the two are added and the ordinary
-squaring goes on; an event of the rest is rounded to the coarse grid about once per
-level instead of once per step.
+B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on the
+leaf spacing (a coarser one costs width where the rest decides delta: docs/method.md
+§3).  Once B's grid has coarsened to R's the two are added and the ordinary squaring goes
+on; an event of the rest is rounded to the coarse grid about once per level instead of
+once per step.
 
 Both representations go through it: the split pairs' rows and atoms add (each part's
 rows dominate that part, so their sum dominates the whole), and groups with the same
@@ -48,11 +49,6 @@ MIN_SCALE_RATIO = 8
 #: the bulk's spacing is at least the leaf spacing over this (its scale grows as
 #: (1/mass)^(2^k) over the levels before the parts merge: this keeps them in range)
 MAX_SCALE_RATIO = 64
-#: the rest's spacing, in leaf spacings: its events are rounded about once per level, not
-#: once per step, so a coarser grid costs little width (at twice the leaf spacing the
-#: rest's products cost half as much; four times widened brackets by up to 17%,
-#: docs/method.md §3)
-REST_SPACING = 1
 #: the parts are added after at most this many levels whatever their spacings
 MAX_LEVELS = 16
 #: a part whose A- or B-mass is below this is not worth a grid of its own (extreme
@@ -65,9 +61,8 @@ GROUPED = ("grouped-ab", "grouped-ba")
 
 @dataclass(frozen=True)
 class TwoScaleLeaf:
-    """Where one pair's steps are cut: at W = ``cut`` times the leaf spacing (a multiple
-    of REST_SPACING, so W is a point of the rest's grid), the bulk on spacing
-    ``bulk_spacing``."""
+    """Where one pair's steps are cut: at W = ``cut`` times the leaf spacing, the bulk
+    on spacing ``bulk_spacing``."""
 
     leaf: Grid
     cut: int
@@ -126,7 +121,7 @@ def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional
     h = max(h, H / MAX_SCALE_RATIO)
     if h * MIN_SCALE_RATIO > H:
         return None
-    cut = -(-int(grid.indices[i]) // REST_SPACING) * REST_SPACING   # on the rest's grid
+    cut = int(grid.indices[i])
     filled = np.flatnonzero(np.any(leaf.rows != 0.0, axis=0))
     low, high = (int(grid.indices[int(j)]) for j in (filled[0], filled[-1]))
     ratio = int(round(H / h))
@@ -204,9 +199,7 @@ def part_leaves(pair, cut: TwoScaleLeaf) -> Optional[Tuple[Part, Part]]:
     W = cut.cut * H
     lo = cut.low * r
     hi = cut.high
-    F = REST_SPACING
-    grids = (_covering(h, lo - 4, cut.cut * r + 4),
-             _covering(F * H, cut.cut // F - 4, -(-hi // F) + 4))
+    grids = (_covering(h, lo - 4, cut.cut * r + 4), _covering(H, cut.cut - 4, hi + 4))
     parts = []
     for grid, masses in zip(grids, _cut_masses(pair, *grids, W)):
         values, mass = _part_leaf(grid, masses)
