@@ -977,7 +977,11 @@ class Composer:
             below = self._two_scale_state(unit, k - 1, cfg)
             if below is None or below[2]:
                 return None
-        bulk, rest, plans = two_scale.next_level(below[0], below[1], cfg[1], self.options)
+        cut = self._two_scale_cut(("split",), unit, cfg)
+        spread = self._leaf(("split",), unit, cfg)[0][0].split.loss_moments(0)[1]
+        spacing = two_scale.rest_spacing(cut, spread, k, self.options)
+        bulk, rest, plans = two_scale.next_level(below[0], below[1], cfg[1], self.options,
+                                                 spacing)
         done = (bulk.split.grid.log_factor >= rest.split.grid.log_factor * (1 - 1e-12)
                 or k >= two_scale.MAX_LEVELS)
         value = (bulk, rest, done, plans)
@@ -1161,7 +1165,8 @@ def _size(value) -> int:
     """Bytes of rows held by a cached value (BucketSet, (BucketSet, Plan) or one
     representation)."""
     if isinstance(value, tuple):        # (BucketSet, Plan) or two-scale (bulk, rest, done)
-        return sum(_size(v) for v in value if v is not None and not isinstance(v, (bool, Plan)))
+        return sum(_size(v) for v in value
+                   if v is not None and not isinstance(v, (bool, float, Plan)))
     if isinstance(value, BucketSet):
         return sum(rows.nbytes for rows in value._rows())
     part = getattr(value, "values", None)            # a two-scale part

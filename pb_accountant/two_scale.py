@@ -10,8 +10,9 @@ loss W into the bulk (loss <= W) and the rest (loss > W).  For 2^k steps
     P^(2^k) = B_k + R_k,    B_{k+1} = B_k B_k,    R_{k+1} = R_k (2 B_k + R_k):
 
 B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on the
-leaf spacing (a coarser one costs width where the rest decides delta: docs/method.md
-§3).  Once B's grid has coarsened to R's the two are added and the ordinary squaring goes
+leaf spacing until one grid would coarsen a composition of 2^k steps, then on one grid's
+spacing (``rest_spacing``; a coarser one costs width where the rest decides delta:
+docs/method.md §3).  Once B's grid has coarsened to R's the two are added and the ordinary squaring goes
 on; an event of the rest is rounded to the coarse grid about once per level instead of
 once per step.
 
@@ -291,17 +292,36 @@ def _rest_factor(bulk: Part, rest: Part) -> Part:
     return _mixture((bulk, rest), (2.0, 1.0), scale, tau)
 
 
-def next_level(bulk: Part, rest: Part, budget: float,
-               options: BucketOptions) -> Tuple[Part, Part, Tuple[Plan, Plan]]:
-    """(B_{k+1}, R_{k+1}) = (B_k B_k, R_k (2 B_k + R_k)) for split-pair parts, and the
-    plans of the two products (``next_group_level``): the rest keeps its spacing (its
-    products do not coarsen on the spread)."""
+def _at_least(part: Part, spacing: float) -> Part:
+    if part.values.grid.log_factor >= spacing * (1 - 1e-12):
+        return part
+    return Part(part.values.coarsened_to(spacing), part.scale, part.tau)
+
+
+def rest_spacing(cut: TwoScaleLeaf, spread: float, level: int, options: BucketOptions) -> float:
+    """The rest's spacing after ``level`` levels: the leaf spacing, doubled as the engine's
+    rule doubles an ordinary composition's (``compose_split``: while twice the spacing is
+    at most ``resolution`` times the spread) for 2^level steps of one step's ``spread``:
+    the rest is never rounded coarser than one grid would round the whole."""
+    spacing = cut.leaf.log_factor
+    whole = spread * math.sqrt(2.0 ** level)
+    while 2.0 * spacing <= options.resolution * whole:
+        spacing *= 2.0
+    return spacing
+
+
+def next_level(bulk: Part, rest: Part, budget: float, options: BucketOptions,
+               spacing: float) -> Tuple[Part, Part, tuple]:
+    """(B_{k+1}, R_{k+1}) = (B_k B_k, R_k (2 B_k + R_k)) for split-pair parts, and how
+    the two products were made (``next_group_level``): the rest's product is coarsened
+    to ``spacing`` (``rest_spacing``), not on its own spread."""
     square, bulk_plan = _product(bulk, bulk, budget, options)
     keep = dataclasses.replace(options, resolution=1e-12)
     product, rest_plan = _product(rest, _rest_factor(bulk, rest), budget, keep)
-    return square, product, (bulk_plan, rest_plan)
+    return square, _at_least(product, spacing), (bulk_plan, rest_plan, spacing)
 
 
-def next_group_level(bulk: Part, rest: Part, plans: Tuple[Plan, Plan]) -> Tuple[Part, Part]:
+def next_group_level(bulk: Part, rest: Part, made: tuple) -> Tuple[Part, Part]:
     """``next_level`` for parts of one group direction, on the split pair's grids."""
-    return _followed(plans[0], bulk, bulk), _followed(plans[1], rest, _rest_factor(bulk, rest))
+    rest = _followed(made[1], rest, _rest_factor(bulk, rest))
+    return _followed(made[0], bulk, bulk), _at_least(rest, made[2])

@@ -191,9 +191,49 @@ def test_two_scale_brackets_a_reference_and_narrows(sigma, q, steps, delta, refe
     assert on.width < off.width
 
 
+def test_the_rest_is_never_coarser_than_one_grid():
+    """The rest's spacing is the leaf's until the engine's rule would coarsen an ordinary
+    composition of as many steps (twice the spacing at most ``resolution`` times its
+    spread), then doubles with it: a power-of-two multiple of the leaf spacing, never
+    above ``resolution`` times the spread."""
+    cut = _cut(SubsampledGaussian(0.1, 1e-3), delta=1e-5, steps=3000)
+    assert cut is not None
+    o, H = BucketOptions(), cut.leaf.log_factor
+    for spread in (0.0, H, 30 * H, 1e3 * H):
+        for level in range(17):
+            s = two_scale.rest_spacing(cut, spread, level, o)
+            whole = spread * 2.0 ** (level / 2)
+            ratio = s / H
+            assert ratio >= 1 and ratio == 2.0 ** round(np.log2(ratio))
+            assert s == H or s <= o.resolution * whole
+            assert 2 * s > o.resolution * whole
+
+
+def test_a_far_reaching_rest_brackets_pld_and_coarsens():
+    """Small sigma: the rest's range doubles every level, and its spacing follows one
+    grid's; the bracket still lies between dp_accounting's optimistic and pessimistic
+    estimates and meets the width target."""
+    sigma, q, steps, delta = 0.1, 1e-3, 3_000, 1e-5
+    c = Composer(BucketOptions())
+    history = canonical_history([(SubsampledGaussian(sigma, q), steps)])
+    cfg = c._config(delta, steps)
+    unit = history[0][0]
+    leaf_spacing = c._two_scale_cut(("split",), unit, cfg).leaf.log_factor
+    rests = [c._two_scale_state(unit, k, cfg) for k in range(1, 12)]
+    assert any(r is not None and r[1].split.grid.log_factor > leaf_spacing for r in rests)
+    a = PrivacyBucketsAccountant()
+    a.history = [(sigma, q, steps)]
+    b = a.get_epsilon_bounds(delta)
+    interval = b.upper * 2e-5
+    lo = _pld_epsilon(sigma, q, steps, delta, interval, False)
+    hi = _pld_epsilon(sigma, q, steps, delta, interval, True)
+    assert 0 < b.lower <= hi and lo <= b.upper
+    assert b.width <= 5e-4
+
+
 def test_delta_bounds_bracket_pld_in_the_corner():
     """Delta queries gain most: at sigma 0.6, q 3e-5, 40,000 steps the one-grid bracket
-    is 43% wide at epsilon 0.1 (two-scale: 1.0%)."""
+    is 43% wide at epsilon 0.1 (two-scale: 1.1%)."""
     sigma, q, steps = 0.6, 3e-5, 40_000
     eps = np.array([0.1, 0.2, 0.4])
     d, d_off = [], []
