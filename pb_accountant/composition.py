@@ -962,8 +962,8 @@ class Composer:
     def _two_scale_state(self, unit, k: int, cfg):
         """The split pair's (bulk, rest, done, plans) after k levels, or None once the
         parts have merged at a level below k (the ordinary squaring then goes on from
-        the merged sum); ``plans``: how level k-1's products were made, which the
-        groups' chains follow (``_two_scale_group_state``)."""
+        the merged sum); ``plans``: how level k's products were made from level k-1's
+        parts, which the groups' chains repeat (``_two_scale_group_state``)."""
         from . import two_scale
         key = ("two-scale", "split", unit, cfg, k)
         hit = self._cached(key)
@@ -1164,7 +1164,7 @@ _ID_COUNTER = [0]
 def _size(value) -> int:
     """Bytes of rows held by a cached value (BucketSet, (BucketSet, Plan) or one
     representation)."""
-    if isinstance(value, tuple):        # (BucketSet, Plan) or two-scale (bulk, rest, done)
+    if isinstance(value, tuple):    # (BucketSet, Plan), two-scale (bulk, rest, done, plans)
         return sum(_size(v) for v in value
                    if v is not None and not isinstance(v, (bool, float, Plan)))
     if isinstance(value, BucketSet):

@@ -12,9 +12,9 @@ loss W into the bulk (loss <= W) and the rest (loss > W).  For 2^k steps
 B_k (every step in the bulk) lives on a grid that follows its own spread, R_k on the
 leaf spacing until one grid would coarsen a composition of 2^k steps, then on one grid's
 spacing (``rest_spacing``; a coarser one costs width where the rest decides delta:
-docs/method.md §3).  Once B's grid has coarsened to R's the two are added and the ordinary squaring goes
-on; an event of the rest is rounded to the coarse grid about once per level instead of
-once per step.
+docs/method.md §3).  Once B's grid has coarsened to R's the two are added and the
+ordinary squaring goes on; an event of the rest is rounded to the coarse grid about
+once per level instead of once per step.
 
 Both representations go through it: the split pairs' rows and atoms add (each part's
 rows dominate that part, so their sum dominates the whole), and groups with the same
