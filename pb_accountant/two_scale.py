@@ -293,9 +293,8 @@ def _rest_factor(bulk: Part, rest: Part) -> Part:
 
 
 def _at_least(part: Part, spacing: float) -> Part:
-    if part.values.grid.log_factor >= spacing * (1 - 1e-12):
-        return part
-    return Part(part.values.coarsened_to(spacing), part.scale, part.tau)
+    values = part.values.coarsened_to(spacing)       # itself where already as coarse
+    return part if values is part.values else Part(values, part.scale, part.tau)
 
 
 def rest_spacing(cut: TwoScaleLeaf, spread: float, level: int, options: BucketOptions) -> float:

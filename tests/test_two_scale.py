@@ -332,3 +332,25 @@ def test_two_steps_bracket_the_exact_delta(sigma, q):
         assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
         if exact >= 1e-10:        # (tiny deltas sit below the default delta class)
             assert up - lo <= 1e-2 * exact
+
+
+@pytest.mark.parametrize("sigma, q", [(0.6, 3e-5), (0.45, 1e-4)])
+def test_a_coarsened_rest_still_brackets_the_exact_delta(sigma, q, monkeypatch):
+    """The rest's coarsening (``rest_spacing``, reached after many levels in practice)
+    forced onto the first level, four leaf spacings: two steps still bracket delta
+    computed to 30 digits, for the split pair and the groups of both directions."""
+    from pb_accountant.engine import PrivacyBuckets
+    pair = SubsampledGaussian(sigma, q)
+    monkeypatch.setattr(two_scale, "rest_spacing",
+                        lambda cut, spread, level, options: 4 * cut.leaf.log_factor)
+    comp = Composer()
+    buckets = comp.compose([(pair, 2)], None)
+    cfg = comp._config(None, 2)
+    state = comp._two_scale_state(pair, 1, cfg)
+    cut = comp._two_scale_cut(("split",), pair, cfg)
+    assert state[1].split.grid.log_factor == 4 * cut.leaf.log_factor
+    eps = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
+    d = PrivacyBuckets(buckets, None).delta_bounds(eps)
+    for e, lo, up in zip(eps, d.lower, d.upper):
+        exact = max(_exact_two_step_delta(sigma, q, e))
+        assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
