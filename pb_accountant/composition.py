@@ -487,10 +487,15 @@ class Plan:
 
 def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
                   options: BucketOptions, memo=None,
-                  focus: Optional[str] = None) -> Tuple[BucketSet, Plan]:
+                  focus: Optional[str] = None,
+                  stored_scale: float = 1.0) -> Tuple[BucketSet, Plan]:
     """``compose_sets`` for BucketSets of the split pair alone, with the plan that the
     other representations follow (``follow_plan``).  ``focus`` "ab" or "ba": the
-    windows and the spacing follow that direction's row alone (``Composer.compose``)."""
+    windows and the spacing follow that direction's row alone (``Composer.compose``).
+    ``stored_scale``: the product's rows hold at least this many times the true masses
+    (a two-scale part, pb_accountant/two_scale.py), so the windows' tail, a budget of
+    true mass, is that many times larger in stored units (any window is sound: it only
+    decides how much mass folds into the infinity atoms)."""
     if x.forms_exponentials or y.forms_exponentials:
         raise ValueError("compose_split composes the split pair alone")
     same = x is y
@@ -507,7 +512,8 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
                 y = x
                 continue
             s = x if ref == "x" else y
-            n_keep, centre = s.window(budget_per_step * s.compositions, options.max_buckets,
+            n_keep, centre = s.window(stored_scale * budget_per_step * s.compositions,
+                                      options.max_buckets,
                                       focus=focus)
             s = _record_restrict(s, n_keep, centre, xo if ref == "x" else yo)
             if ref == "x":
@@ -539,7 +545,7 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
             return z, Plan(tuple(xo), tuple(yo), tol, tuple(zo))
     zo = []
     z = x.compose_full(y, same, tol)
-    tail = budget_per_step * z.compositions
+    tail = stored_scale * budget_per_step * z.compositions
     _, spread = z.split.loss_moments(1 if focus == "ba" else 0)
     while 2.0 * z.grid.log_factor <= options.resolution * spread:
         z = _record_square(z, zo)
