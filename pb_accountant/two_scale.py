@@ -232,9 +232,9 @@ def _product_weights(x: Part, y: Part) -> Tuple[Tuple[float, float], float]:
 
 def _product(x: Part, y: Part, budget: float, options: BucketOptions) -> Tuple[Part, Plan]:
     """x * y for split-pair parts, by the engine's policy, and the plan the groups'
-    products follow (``_followed``).  The windows drop at most ``budget`` per
-    composition of true mass, as on one grid: the product stores its part at least
-    min(scale) times (``compose_split``'s ``stored_scale``)."""
+    products follow (``_followed``).  The windows drop at most ``budget`` of true mass
+    per composition, as on one grid: each row of the product stores its part at least
+    min(scale) times over (``compose_split``'s ``stored_scale``)."""
     scale, tau = _product_weights(x, y)
     z, plan = compose_split(x.values, x.values if x is y else y.values, budget, options,
                             stored_scale=min(scale))
