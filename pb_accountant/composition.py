@@ -984,8 +984,7 @@ class Composer:
             if below is None or below[2]:
                 return None
         cut = self._two_scale_cut(("split",), unit, cfg)
-        spread = self._leaf(("split",), unit, cfg)[0][0].split.loss_moments(0)[1]
-        spacing = two_scale.rest_spacing(cut, spread, k, self.options)
+        spacing = two_scale.rest_spacing(cut, k, self.options)
         bulk, rest, plans = two_scale.next_level(below[0], below[1], cfg[1], self.options,
                                                  spacing)
         done = (bulk.split.grid.log_factor >= rest.split.grid.log_factor * (1 - 1e-12)

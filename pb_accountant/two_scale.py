@@ -70,6 +70,7 @@ class TwoScaleLeaf:
     low: int          # the leaf's lowest and highest non-empty points: the parts'
     high: int         # grids span them
     bulk_spacing: float
+    spread: float     # one step's loss spread (A-row) on the leaf: ``rest_spacing``
 
     @property
     def ratio(self) -> int:
@@ -128,7 +129,7 @@ def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional
     ratio = int(round(H / h))
     if (cut - low) * ratio / 2 + 8 > options.max_buckets:
         return None
-    return TwoScaleLeaf(grid, cut, low, high, h)
+    return TwoScaleLeaf(grid, cut, low, high, h, leaf.loss_moments(0)[1])
 
 
 def _covering(step: float, i_lo: int, i_hi: int) -> Grid:
@@ -301,13 +302,14 @@ def _at_least(part: Part, spacing: float) -> Part:
     return part if values is part.values else Part(values, part.scale, part.tau)
 
 
-def rest_spacing(cut: TwoScaleLeaf, spread: float, level: int, options: BucketOptions) -> float:
+def rest_spacing(cut: TwoScaleLeaf, level: int, options: BucketOptions) -> float:
     """The rest's spacing after ``level`` levels: the leaf spacing, doubled as the engine's
     rule doubles an ordinary composition's (``compose_split``: while twice the spacing is
-    at most ``resolution`` times the spread) for 2^level steps of one step's ``spread``:
-    the rest is never rounded coarser than one grid would round the whole."""
+    at most ``resolution`` times the spread) for 2^level steps of one step's spread
+    (``cut.spread``): the rest is never rounded coarser than one grid would round the
+    whole."""
     spacing = cut.leaf.log_factor
-    whole = spread * math.sqrt(2.0 ** level)
+    whole = cut.spread * math.sqrt(2.0 ** level)
     while 2.0 * spacing <= options.resolution * whole:
         spacing *= 2.0
     return spacing
