@@ -138,17 +138,6 @@ def _coarse(rows) -> bool:
     return bool(np.min(a, where=a > 0.0, initial=np.inf) >= _COARSE)
 
 
-def _fft_input(parts, n: int):
-    """The transform's input: ``parts`` (groups, k, rows, m), part j of the rows of
-    operand g at [g, j], zero-padded to length n and listed as (groups k, rows, n): the
-    parts of x, then those of y.  (``np.zeros``: a large input's padding stays zero
-    pages, never written.)"""
-    groups, k, rows, m = parts.shape
-    out = np.zeros((groups * k, rows, n))
-    out.reshape(groups, k, rows, n)[..., :m] = parts
-    return out
-
-
 def _pair_bound(n_fft, na, nb):
     return convolution_l2_error(n_fft, na[0], na[1], nb[0], nb[1])
 
@@ -226,11 +215,11 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
             k += 1
         parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
                                                     tolerance, not _coarse(bs))
-        spectra = _rfft(_fft_input(parts, n_fft), n_fft)
+        spectra = _rfft(parts.reshape((-1,) + parts.shape[2:]), n_fft)   # (zero-padded)
         products = _level_products(spectra, k, same)
     else:
         # order of the transform's input: hx, rx (, hy, ry)
-        spectra = _rfft(_fft_input(split2, n_fft), n_fft)
+        spectra = _rfft(split2.reshape((-1,) + split2.shape[2:]), n_fft)
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -248,34 +237,32 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         bounds = [_pair_bound(n_fft, n_hx, n_hy)]
         rest = two_way / math.sqrt(n_fft)
     results = _irfft(products, n_fft)
-    z = results[-1, :, : 2 * m - 1].copy()
+    width = 2 * m - 1
+    z = results[-1, :, :width].copy()
     l2_err = np.asarray(rest, dtype=float).copy()
     fine_l1 = np.zeros(rows)
-    # finest level first: every partial sum is then x*y minus the coarser levels
-    for j in range(len(grids) - 1, -1, -1):
-        grid, bound = grids[j], bounds[j]
-        part = results[j, :, : 2 * m - 1]
-        exact = bound < 0.25 * grid
-        g = grid[:, None]
-        if exact.all():
-            rounded = np.rint(part / g)
-            rounded *= g
-            z += rounded
-        elif not exact.any():
-            z += part
-            l2_err += bound
-        else:
-            z += np.where(exact[:, None], np.rint(part / g) * g, part)      # exact rows
-            l2_err += np.where(exact, 0.0, bound)
-        if j >= _RELATIVE_LEVELS:
-            # a level beyond the last four: its addition's rounding, at most u times the
-            # partial sum, is charged as absolute (the fine parts hold little mass), so
-            # the relative allowance stays that of the last four additions
-            fine_l1 += np.abs(z).sum(axis=1)
+    exact = [bound < 0.25 * grid for grid, bound in zip(grids, bounds)]
+    for j in range(len(grids) - 1, -1, -1):    # (the levels' order, finest first)
+        if not exact[j].all():
+            l2_err += np.where(exact[j], 0.0, bounds[j])
+    # finest level first: every partial sum is then x*y minus the coarser levels; in
+    # blocks of columns (every entry is summed alone) unless a level beyond the last
+    # four needs the partial sums' norms
+    block = width if (width <= 4 * _PART_BLOCK or len(grids) > _RELATIVE_LEVELS) \
+        else _PART_BLOCK
+    for c in range(0, width, block):
+        cols = slice(c, min(c + block, width))
+        for j in range(len(grids) - 1, -1, -1):
+            _add_level(z[:, cols], results[j, :, cols], grids[j][:, None], exact[j])
+            if j >= _RELATIVE_LEVELS:
+                # a level beyond the last four: its addition's rounding, at most u times
+                # the partial sum, is charged as absolute (the fine parts hold little
+                # mass), so the relative allowance stays that of the last four additions
+                fine_l1 += np.abs(z).sum(axis=1)
     # the rest carries the FFT's absolute round-off; adding the exact parts to it
     # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
     # magnitude per addition, which is absolute
-    rest_l1 = np.abs(results[-1, :, : 2 * m - 1]).sum(axis=1)
+    rest_l1 = np.abs(results[-1, :, :width]).sum(axis=1)
     z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
     fft_l1 = math.sqrt(n_fft) * l2_err
     fine = fine_l1 * (UNIT_ROUNDOFF * (1.0 + 1e-6))
@@ -292,6 +279,20 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     return z, errors
 
 
+def _add_level(z, part, g, exact) -> None:
+    """z += level ``part`` (overwritten: it is read once), its rows marked ``exact``
+    rounded to their grids ``g`` (the FFT's error is below a quarter of the grid)."""
+    if exact.all():
+        np.divide(part, g, out=part)
+        np.rint(part, out=part)
+        part *= g
+        z += part
+    elif not exact.any():
+        z += part
+    else:
+        z += np.where(exact[:, None], np.rint(part / g) * g, part)      # exact rows
+
+
 def check_finite(what: str, a) -> None:
     """Raise unless every entry of ``a`` is finite: NaN is an internal error (no valid
     input produces it), inf an engine limit (``OverflowError``, a number beyond
@@ -303,10 +304,27 @@ def check_finite(what: str, a) -> None:
         raise OverflowError(f"{what} beyond floating-point range")
 
 
+#: frequency bins per block of ``_level_products`` (a block's operands stay in cache)
+_PRODUCT_BLOCK = 4096
+
+
 def _level_products(spectra, k: int, same: bool):
     """Per exact level l = 0..k-2 the sum of the spectra's products p_i q_j with
     i + j = l (i, j < k - 1), then the sum of all other products, each sum taken in the
-    order i = 0..k-1, j = 0..k-1 (``same``: j >= i, the mixed products doubled)."""
+    order i = 0..k-1, j = 0..k-1 (``same``: j >= i, the mixed products doubled).  Every
+    bin is computed alone, so blocks of bins (``_PRODUCT_BLOCK``) give the same numbers."""
+    bins = spectra.shape[-1]
+    if bins <= 4 * _PRODUCT_BLOCK:
+        return _block_products(spectra, k, same)
+    products = np.empty((k,) + spectra.shape[1:], dtype=spectra.dtype)
+    for i in range(0, bins, _PRODUCT_BLOCK):
+        block = slice(i, i + _PRODUCT_BLOCK)
+        products[..., block] = _block_products(spectra[..., block], k, same)
+    return products
+
+
+def _block_products(spectra, k: int, same: bool):
+    """``_level_products`` of one block of bins."""
     fx = spectra[:k]
     fy = fx if same else spectra[k:]
     levels = k - 1
@@ -339,6 +357,10 @@ def _level_products(spectra, k: int, same: bool):
 _MAX_PARTS = 12
 
 
+#: columns per block of ``_parts`` on long rows
+_PART_BLOCK = 4096
+
+
 def _parts(hi, rest, s0, step, k, flush: bool = True):
     """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact).
 
@@ -350,11 +372,19 @@ def _parts(hi, rest, s0, step, k, flush: bool = True):
     parts[:, 0] = hi
     if k == 2:
         parts[:, 1] = rest
+    grids = []
     grid = s0
     for j in range(1, k - 1):
         grid = grid * step
-        rest = _round_into(rest, grid[None, :, None], parts[:, j],
-                           parts[:, k - 1] if j == k - 2 else None, flush)
+        grids.append(grid[None, :, None])
+    # in blocks of columns, whose parts stay in cache (every entry is split alone)
+    width = m if m <= 4 * _PART_BLOCK else _PART_BLOCK
+    for c in range(0, m, width):
+        cols = slice(c, c + width)
+        left = rest[..., cols]
+        for j in range(1, k - 1):
+            left = _round_into(left, grids[j - 1], parts[:, j, :, cols],
+                               parts[:, k - 1, :, cols] if j == k - 2 else None, flush)
     return parts
 
 

@@ -270,3 +270,23 @@ def test_fft_error_premise_has_room(rng):
                                      np.linalg.norm(y)) / _SAFETY
         worst = max(worst, err / bound)
     assert worst < 0.05, worst
+
+
+@pytest.mark.parametrize("tolerance", [1e-12, 1e-22])
+def test_blocks_of_long_rows_give_the_same_bits(monkeypatch, tolerance):
+    """Long rows are split, multiplied in frequency and recombined in blocks of columns
+    (``_PART_BLOCK``, ``_PRODUCT_BLOCK``: each block's arrays stay in cache); every entry
+    is computed alone, so the product and its error bound are bitwise those of one
+    pass over whole rows, for squares and products, two-way and multi-part splits."""
+    import pb_accountant.convolution as conv
+    m = 40000
+    x = np.vstack([leaf_like(m, 1e-5), leaf_like(m, 1e-3)[::-1]])
+    y = np.vstack([leaf_like(m, 3e-5)[::-1], leaf_like(m, 1e-4)])
+    blocked = [convolve_rows(x, None, tolerance), convolve_rows(x, y, tolerance),
+               convolve_rows(x, None, 1.0)]
+    monkeypatch.setattr(conv, "_PART_BLOCK", 10 ** 9)
+    monkeypatch.setattr(conv, "_PRODUCT_BLOCK", 10 ** 9)
+    whole = [convolve_rows(x, None, tolerance), convolve_rows(x, y, tolerance),
+             convolve_rows(x, None, 1.0)]
+    for (z, e), (zw, ew) in zip(blocked, whole):
+        assert np.array_equal(z, zw) and np.array_equal(e, ew)
