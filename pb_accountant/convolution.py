@@ -357,7 +357,8 @@ def _block_products(spectra, k: int, same: bool):
 _MAX_PARTS = 12
 
 
-#: columns per block of ``_parts`` on long rows
+#: columns per block where ``convolve_rows`` splits long rows into parts (``_parts``)
+#: and adds the levels back (a block's arrays stay in cache)
 _PART_BLOCK = 4096
 
 
