@@ -273,13 +273,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", nargs="*", default=[], help="sigma,q,steps entries")
     parser.add_argument("--delta", type=float)
-    parser.add_argument("--only", type=int, nargs="*", default=[],
-                        help="indices of bench_random.draw_settings(n, seed, ranges)")
-    parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=12)
-    br.add_space_arguments(parser, suffix="-range")
-    parser.add_argument("--csv", help="that suite's table (for PLD's and PRV's epsilon); "
-                        "default benchmarks/results/random_suite.csv for seed 12")
+    br.add_suite_arguments(parser)
     parser.add_argument("--tmax", type=float, help="largest step loss kept (default: "
                         "where the mass beyond is below delta / 1e6, at least 4)")
     parser.add_argument("--h", type=float, nargs="*",
@@ -304,11 +298,7 @@ def main(argv=None):
         except ValueError:
             parser.error(f"--history entries must be sigma,q,steps; got {args.history}")
         jobs.append(("given", history, args.delta, {}))
-    if args.only:
-        path = args.csv or (os.path.join(os.path.dirname(__file__), "results",
-                                         "random_suite.csv") if args.seed == 12 else None)
-        jobs += br.suite_jobs(args.only, br.draw_settings(args.n, args.seed, **br.space(args)),
-                              path)
+    jobs += br.chosen_jobs(args)
     for name, history, delta, row in jobs:
         acc = PrivacyBucketsAccountant()
         acc.history = list(history)

@@ -17,6 +17,8 @@ with pb or the peers, which makes it useful where they disagree: pb's certified 
 should contain it, up to that error.
 
     python benchmarks/check_saddlepoint.py --only 31 192       # random-suite settings
+    python benchmarks/check_saddlepoint.py --seed 31 --only 86 \
+        --csv benchmarks/results/random_suite_seed31.csv       # another seed's
     python benchmarks/check_saddlepoint.py --history 0.874962,0.03209855,15435 --delta 9.48e-13
 """
 from __future__ import annotations
@@ -125,24 +127,20 @@ def epsilon_estimate(history, delta: float, start: float):
 
 
 def main(argv=None):
+    import bench_random as br
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", type=int, nargs="*", default=[],
-                        help="indices of bench_random.draw_settings(200, 12)")
     parser.add_argument("--history", nargs="*", default=[], help="sigma,q,steps entries")
     parser.add_argument("--delta", type=float)
-    parser.add_argument("--csv", default=os.path.join(os.path.dirname(__file__), "results",
-                                                      "random_suite.csv"))
+    br.add_suite_arguments(parser)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", integrate.IntegrationWarning)
-    import bench_random as br
     from pb_accountant import PrivacyBucketsAccountant
     jobs = []
     if args.history:
         jobs.append(("given", [tuple(float(v) if i < 2 else int(v) for i, v in
                                      enumerate(h.split(","))) for h in args.history],
                      args.delta, {}))
-    if args.only:
-        jobs += br.suite_jobs(args.only, br.draw_settings(200, 12), args.csv)
+    jobs += br.chosen_jobs(args)
     for name, history, delta, row in jobs:
         acc = PrivacyBucketsAccountant()
         acc.history = list(history)
