@@ -248,10 +248,9 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     # finest level first: every partial sum is then x*y minus the coarser levels; in
     # blocks of columns (every entry is summed alone) unless a level beyond the last
     # four needs the partial sums' norms
-    block = width if (width <= 4 * _PART_BLOCK or len(grids) > _RELATIVE_LEVELS) \
-        else _PART_BLOCK
-    for c in range(0, width, block):
-        cols = slice(c, min(c + block, width))
+    blocks = ([slice(0, width)] if len(grids) > _RELATIVE_LEVELS
+              else _column_blocks(width, _PART_BLOCK))
+    for cols in blocks:
         for j in range(len(grids) - 1, -1, -1):
             _add_level(z[:, cols], results[j, :, cols], grids[j][:, None], exact[j])
             if j >= _RELATIVE_LEVELS:
@@ -308,17 +307,24 @@ def check_finite(what: str, a) -> None:
 _PRODUCT_BLOCK = 4096
 
 
+def _column_blocks(n: int, size: int):
+    """Slices covering 0..n-1: one, where n is at most four blocks (a short row gains
+    nothing from blocks), else blocks of ``size``."""
+    if n <= 4 * size:
+        return [slice(0, n)]
+    return [slice(c, min(c + size, n)) for c in range(0, n, size)]
+
+
 def _level_products(spectra, k: int, same: bool):
     """Per exact level l = 0..k-2 the sum of the spectra's products p_i q_j with
     i + j = l (i, j < k - 1), then the sum of all other products, each sum taken in the
     order i = 0..k-1, j = 0..k-1 (``same``: j >= i, the mixed products doubled).  Every
     bin is computed alone, so blocks of bins (``_PRODUCT_BLOCK``) give the same numbers."""
-    bins = spectra.shape[-1]
-    if bins <= 4 * _PRODUCT_BLOCK:
+    blocks = _column_blocks(spectra.shape[-1], _PRODUCT_BLOCK)
+    if len(blocks) == 1:
         return _block_products(spectra, k, same)
     products = np.empty((k,) + spectra.shape[1:], dtype=spectra.dtype)
-    for i in range(0, bins, _PRODUCT_BLOCK):
-        block = slice(i, i + _PRODUCT_BLOCK)
+    for block in blocks:
         products[..., block] = _block_products(spectra[..., block], k, same)
     return products
 
@@ -379,9 +385,7 @@ def _parts(hi, rest, s0, step, k, flush: bool = True):
         grid = grid * step
         grids.append(grid[None, :, None])
     # in blocks of columns, whose parts stay in cache (every entry is split alone)
-    width = m if m <= 4 * _PART_BLOCK else _PART_BLOCK
-    for c in range(0, m, width):
-        cols = slice(c, c + width)
+    for cols in _column_blocks(m, _PART_BLOCK):
         left = rest[..., cols]
         for j in range(1, k - 1):
             left = _round_into(left, grids[j - 1], parts[:, j, :, cols],
