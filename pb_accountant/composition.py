@@ -968,13 +968,16 @@ class Composer:
     def _two_scale_state(self, unit, k: int, cfg):
         """The split pair's (bulk, rest, done, plans) after k levels, or None once the
         parts have merged at a level below k (the ordinary squaring then goes on from
-        the merged sum); ``plans``: how level k's products were made from level k-1's
-        parts, which the groups' chains repeat (``_two_scale_group_state``)."""
+        the merged sum) or where ``unit`` takes no two-scale leaves; ``plans``: how
+        level k's products were made from level k-1's parts, which the groups' chains
+        repeat (``_two_scale_group_state``)."""
         from . import two_scale
         key = ("two-scale", "split", unit, cfg, k)
         hit = self._cached(key)
         if hit is not None:
             return hit
+        if self._two_scale_cut(("split",), unit, cfg) is None:
+            return None
         if k == 1:
             below = self._two_scale_leaves(unit, cfg)
             below = (two_scale.representation(below[0], "split"),

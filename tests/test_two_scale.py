@@ -28,6 +28,16 @@ def _cut(pair, options=BucketOptions(), delta=1e-6, steps=2 ** 14):
     return two_scale.two_scale_leaf(pair, leaf, c.options)
 
 
+def test_a_declined_pair_has_no_two_scale_state():
+    """A pair the rule declines has no two-scale state at any level (None, as once the
+    parts have merged), instead of failing inside ``part_leaves``."""
+    c = Composer()
+    cfg = c._config(1e-6, 2 ** 14)
+    for pair in (SubsampledGaussian(1.1, 0.01), Gaussian(1.0), RandomizedResponse(0.75)):
+        assert [c._two_scale_state(pair, k, cfg) for k in (1, 2)] == [None, None]
+    assert c._two_scale_state(CORNER, 1, cfg) is not None
+
+
 def test_the_rule_takes_the_corner_and_declines_elsewhere():
     cut = _cut(CORNER)
     assert cut is not None and two_scale.MIN_SCALE_RATIO <= cut.ratio <= two_scale.MAX_SCALE_RATIO
