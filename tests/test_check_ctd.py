@@ -1,21 +1,15 @@
 """benchmarks/check_ctd.py, the independent reference the README cites where pb and the
 peers disagree: it must reproduce the closed-form Gaussian and land inside pb's brackets."""
-import importlib.util
-import os
-
 import pytest
 
+from _benchmarks import load_benchmark
 from _closed_form import gaussian_epsilon
 from pb_accountant import PrivacyBucketsAccountant
 
 
 @pytest.fixture(scope="module")
 def ctd():
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "check_ctd.py")
-    spec = importlib.util.spec_from_file_location("check_ctd", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("check_ctd")
 
 
 @pytest.mark.parametrize("sigma, steps, delta", [(2.0, 100, 1e-10), (1.0, 10, 1e-5)])

@@ -1,20 +1,15 @@
 """benchmarks/check_saddlepoint.py, the third opinion the README cites for seed-31 #86 and
 #124: ``--only`` reads the settings of the suite ``--seed`` names, never another seed's."""
-import importlib.util
 import os
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
+from _benchmarks import BENCHMARKS as BENCH, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def saddle():
-    spec = importlib.util.spec_from_file_location(
-        "check_saddlepoint", os.path.join(BENCH, "check_saddlepoint.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("check_saddlepoint")
 
 
 def test_only_reads_the_seed_it_is_given(saddle, capsys):

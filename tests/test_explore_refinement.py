@@ -1,20 +1,13 @@
 """benchmarks/explore_refinement.py, which docs/method.md §3 cites for why both
 resolutions are halved together: its policy costs, on hand-made measurements."""
-import importlib.util
-import os
-
 import pytest
 
-BENCH = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
+from _benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def explore():
-    spec = importlib.util.spec_from_file_location(
-        "explore_refinement", os.path.join(BENCH, "explore_refinement.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("explore_refinement")
 
 
 def test_policy_costs_count_every_pass(explore):
