@@ -132,15 +132,31 @@ def buckets_for(reach: float, log_factor: float, cap: int) -> int:
     return int(min(n, cap))
 
 
+def _leaf_reach(pair: MechanismPair, budget: float, cap: float):
+    """(lo, hi, reach): the leaf's loss interval at tail ``budget`` and the larger end's
+    distance from 0, at most ``cap``."""
+    lo, hi = pair.loss_range(budget)
+    return lo, hi, min(max(abs(lo), abs(hi), 1e-9), cap)
+
+
+def leaf_spread(pair: MechanismPair, budget: float, cap: float = LEAF_LOSS_RANGE) -> float:
+    """The loss spread that sizes ``pair``'s adaptive leaf spacing (``leaf_grid``): the
+    A-weighted standard deviation of one step's loss, or reach / 32 where the finite
+    loss takes a single value."""
+    reach = _leaf_reach(pair, budget, cap)[2]
+    spread = pair.loss_spread(reach)
+    return reach / 32.0 if spread < 1e-9 * reach else spread
+
+
 def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
-              cap: float = LEAF_LOSS_RANGE) -> Grid:
+              cap: float = LEAF_LOSS_RANGE, spread: Optional[float] = None) -> Grid:
     """Leaf grid: a power-of-two spacing so that grids of different pairs align.
 
     Losses beyond ``cap`` go to the infinity atoms (sound): leaves form e^t directly.
     The paper's buckets use MAX_LOSS_RANGE / 8 so that their products stay in range.
+    ``spread``: ``leaf_spread(pair, budget, cap)``, where the caller has it.
     """
-    lo, hi = pair.loss_range(budget)
-    reach = min(max(abs(lo), abs(hi), 1e-9), cap)
+    lo, hi, reach = _leaf_reach(pair, budget, cap)
     if options.factor is not None:
         step = math.log(options.factor)
         n = options.number_of_buckets or buckets_for(reach, step, options.max_buckets)
@@ -156,9 +172,8 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
         while n * step > MAX_LOSS_RANGE:
             step /= 2.0
         return Grid(step, n)
-    spread = pair.loss_spread(reach)
-    if spread < 1e-9 * reach:                # a single finite loss value: resolve the range
-        spread = reach / 32.0
+    if spread is None:
+        spread = leaf_spread(pair, budget, cap)
     step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
     step = min(step, 2.0 ** math.ceil(math.log2(reach / 30.0)))
     # the grid follows the loss interval [lo, hi] (an offset centres it)
@@ -691,6 +706,7 @@ class Composer:
         self._coarsened_joint: dict = {}
         self._ids: dict = {}
         self._leaf_grids: dict = {}
+        self._leaf_spreads: dict = {}
         self._two_scale_cuts: dict = {}
         self._refined: dict = {}
         self._bytes = 0
@@ -748,6 +764,26 @@ class Composer:
         """The most buckets among the leaf grids of ``history``'s pairs: a query's cost
         grows with it."""
         return max((g.number_of_buckets for g in self.leaf_grids(history, delta)), default=0)
+
+    def final_grid_coarsens(self, history, delta: Optional[float] = None) -> bool:
+        """Whether composing ``history`` (adaptive grids) coarsens its leaf spacing.
+
+        ``compose_split`` coarsens a product once ``resolution`` times its loss spread
+        reaches twice its spacing.  The steps' spreads add as variances, so the whole
+        history's spread is sqrt(sum count * spread^2) over its leaves
+        (``leaf_spread``), against the widest leaf spacing.  Where it stays below, the
+        answer's grid is the leaf grid itself: short histories, whose leaves were sized
+        for the rounding of many steps.  Fixed grids: False."""
+        history = canonical_history(history)
+        o = self.options
+        if not history or o.number_of_buckets is not None or o.factor is not None:
+            return False
+        cfg = self._config(delta, sum(count for _, count in history))
+        with self._lock:
+            spacing = max(self._leaf_grid(pair, cfg).log_factor for pair, _ in history)
+            variance = math.fsum(count * self._leaf_spread(pair, cfg) ** 2
+                                 for pair, count in history)
+        return o.resolution * math.sqrt(variance) >= 2.0 * spacing
 
     def direction_spans(self, history, delta: Optional[float] = None,
                         groups: Sequence[str] = ()) -> Tuple[float, float, float]:
@@ -839,8 +875,22 @@ class Composer:
         if grid is None:
             if len(self._leaf_grids) > _INTERNED_KEYS:
                 self._leaf_grids.clear()
-            grid = self._leaf_grids[key] = leaf_grid(pair, cfg[1], self.options, cap)
+            o = self.options
+            spread = (self._leaf_spread(pair, cfg, cap)
+                      if o.number_of_buckets is None and o.factor is None else None)
+            grid = self._leaf_grids[key] = leaf_grid(pair, cfg[1], o, cap, spread)
         return grid
+
+    def _leaf_spread(self, pair, cfg, cap: float = LEAF_LOSS_RANGE) -> float:
+        """``leaf_spread`` of ``pair`` (remembered: it sizes the leaf grid and tells
+        whether the composition coarsens, ``final_grid_coarsens``)."""
+        key = (pair, cfg[:2], cap)
+        spread = self._leaf_spreads.get(key)
+        if spread is None:
+            if len(self._leaf_spreads) > _INTERNED_KEYS:
+                self._leaf_spreads.clear()
+            spread = self._leaf_spreads[key] = leaf_spread(pair, cfg[1], cap)
+        return spread
 
     def _leaf(self, reps, pair, cfg):
         """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order).  The

@@ -19,8 +19,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._validation import check_delta, check_epsilons
-from .composition import (DEFAULT_DELTA_CLASS, BucketOptions, BucketSet, Composer,
-                          canonical_history, delta_class, grouped_directions)
+from .composition import (DEFAULT_DELTA_CLASS, LEAF_BUCKETS_AT_FULL_RESOLUTION, BucketOptions,
+                          BucketSet, Composer, canonical_history, delta_class,
+                          grouped_directions)
 from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
@@ -284,11 +285,18 @@ def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
 
 
 def _first_level(composer: Composer, history, delta: Optional[float]) -> int:
-    """The level a query's first pass runs at: COARSE_LEVEL where a leaf grid of the
-    (canonical) ``history`` has at least COARSE_FIRST_LEAF_BUCKETS buckets and the grids
-    may be coarsened, else 0."""
-    if (history and composer.refined(COARSE_LEVEL) is not None
-            and composer.largest_leaf(history, delta) >= COARSE_FIRST_LEAF_BUCKETS):
+    """The level a query's first pass runs at: COARSE_LEVEL where the grids may be
+    coarsened and a leaf grid of the (canonical) ``history`` has at least
+    COARSE_FIRST_LEAF_BUCKETS buckets, or at least LEAF_BUCKETS_AT_FULL_RESOLUTION on a
+    history too short for its composition to coarsen the leaf spacing
+    (``Composer.final_grid_coarsens``: the default grids then resolve the answer far
+    beyond the target), else 0."""
+    if not history or composer.refined(COARSE_LEVEL) is None:
+        return 0
+    largest = composer.largest_leaf(history, delta)
+    if largest >= COARSE_FIRST_LEAF_BUCKETS or (
+            largest >= LEAF_BUCKETS_AT_FULL_RESOLUTION
+            and not composer.final_grid_coarsens(history, delta)):
         return COARSE_LEVEL
     return 0
 

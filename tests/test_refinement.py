@@ -466,3 +466,48 @@ def test_a_real_capped_run_notes_its_width():
     typical = PrivacyBucketsAccountant()
     typical.history = [(1.1, 0.01, 1000)]
     assert _note(typical.get_epsilon_bounds(1e-5)) is None
+
+
+# few steps on a long-tailed leaf (16,382 buckets, below COARSE_FIRST_LEAF_BUCKETS): the
+# composition never coarsens the leaf spacing, so the default grids resolve epsilon some
+# 30 times finer than the target (random-suite seed 31, #188)
+SHORT = [(SubsampledGaussian(0.810047, 0.00265325), 39)]
+SHORT_DELTA = 2.67e-12
+
+
+def test_short_histories_on_long_tailed_leaves_start_coarse():
+    from pb_accountant import engine
+    from pb_accountant.composition import LEAF_BUCKETS_AT_FULL_RESOLUTION, canonical_history
+    c = Composer()
+    leaf = c.leaf_grids(SHORT, SHORT_DELTA)[0]
+    assert (LEAF_BUCKETS_AT_FULL_RESOLUTION <= leaf.number_of_buckets
+            < engine.COARSE_FIRST_LEAF_BUCKETS)
+    assert not c.final_grid_coarsens(SHORT, SHORT_DELTA)
+    assert c.final_grid_coarsens([(SHORT[0][0], 100_000)], SHORT_DELTA)
+    assert engine._first_level(c, canonical_history(SHORT), SHORT_DELTA) == engine.COARSE_LEVEL
+    fine = engine._two_sided_bounds(c, SHORT, SHORT_DELTA, False)
+    assert math.isclose(fine.grid.factor, math.exp(leaf.log_factor), rel_tol=1e-14)
+    best = adaptive_epsilon_bounds(c, SHORT, SHORT_DELTA)
+    assert best.grid.factor > fine.grid.factor and 0 < _width(best) <= TARGET_WIDTH
+    assert max(best.lower, fine.lower) <= min(best.upper, fine.upper)
+
+
+@pytest.mark.parametrize("steps", [1, 3, 10, 30, 100, 300, 1000])
+def test_final_grid_coarsens_says_what_the_composition_does(steps):
+    """The prediction (variances of the leaves' spreads adding) against the grid the
+    composition ends on: the leaf's spacing exactly where it says no coarsening.
+    Histories within 1.5x of the threshold are skipped (the composed spread is the
+    prediction only up to the grid's rounding)."""
+    from pb_accountant import engine
+    from pb_accountant.composition import canonical_history, leaf_spread
+    history = canonical_history([(SubsampledGaussian(1.0, 0.01), steps)])
+    c = Composer()
+    cfg = c._config(1e-5, steps)
+    leaf = c.leaf_grids(history, 1e-5)[0]
+    ratio = (c.options.resolution * math.sqrt(steps) * leaf_spread(history[0][0], cfg[1])
+             / (2 * leaf.log_factor))
+    if 1 / 1.5 < ratio < 1.5:
+        pytest.skip(f"within 1.5x of the threshold ({ratio:.2f})")
+    final = engine._two_sided_bounds(c, history, 1e-5, False).grid.factor
+    same = math.isclose(final, math.exp(leaf.log_factor), rel_tol=1e-14)
+    assert c.final_grid_coarsens(history, 1e-5) == (not same), ratio
