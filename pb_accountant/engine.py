@@ -266,6 +266,13 @@ MAX_REFINEMENT = 2
 #: width tells how far to refine
 COARSE_FIRST_LEAF_BUCKETS = 2 ** 15 - 2
 COARSE_LEVEL = -2
+#: where an epsilon query of a short history starts (``Composer.final_grid_coarsens``
+#: False, a leaf of at least LEAF_BUCKETS_AT_FULL_RESOLUTION buckets): its answer sits on
+#: the leaf grid, sized for the rounding of many steps it does not take.  Measured on
+#: random-suite seeds 5 and 31 (docs/method.md §3): on COARSE_LEVEL's grids 11 of 20 such
+#: answers were at least 16 times narrower than TARGET_WIDTH; on these grids 15 of the 20
+#: met it, at a quarter of the buckets (the others refine by the h^2 law)
+SHORT_HISTORY_LEVEL = -4
 #: grids an epsilon query computes at most
 MAX_PASSES = 3
 
@@ -285,30 +292,31 @@ def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
 
 
 def _first_level(composer: Composer, history, delta: Optional[float]) -> int:
-    """The level a query's first pass runs at: COARSE_LEVEL where the grids may be
-    coarsened and a leaf grid of the (canonical) ``history`` has at least
-    COARSE_FIRST_LEAF_BUCKETS buckets, or at least LEAF_BUCKETS_AT_FULL_RESOLUTION on a
-    history too short for its composition to coarsen the leaf spacing
-    (``Composer.final_grid_coarsens``: the default grids then resolve the answer far
-    beyond the target), else 0."""
+    """The level a query's first pass runs at, where the grids may be coarsened:
+    SHORT_HISTORY_LEVEL where a leaf grid of the (canonical) ``history`` has at least
+    LEAF_BUCKETS_AT_FULL_RESOLUTION buckets and the history is too short for its
+    composition to coarsen the leaf spacing (``Composer.final_grid_coarsens``: the
+    default grids then resolve the answer far beyond the target), COARSE_LEVEL where a
+    leaf grid has at least COARSE_FIRST_LEAF_BUCKETS buckets, else 0.  Delta queries,
+    which do not refine, start no coarser than COARSE_LEVEL (``adaptive_delta_bounds``)."""
     if not history or composer.refined(COARSE_LEVEL) is None:
         return 0
     largest = composer.largest_leaf(history, delta)
-    if largest >= COARSE_FIRST_LEAF_BUCKETS or (
-            largest >= LEAF_BUCKETS_AT_FULL_RESOLUTION
-            and not composer.final_grid_coarsens(history, delta)):
-        return COARSE_LEVEL
-    return 0
+    if largest < LEAF_BUCKETS_AT_FULL_RESOLUTION:
+        return 0
+    if not composer.final_grid_coarsens(history, delta):
+        return SHORT_HISTORY_LEVEL
+    return COARSE_LEVEL if largest >= COARSE_FIRST_LEAF_BUCKETS else 0
 
 
 def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                             symmetric: bool = False) -> EpsilonBounds:
     """Both bounds at ``delta``, on a grid as fine as the answer needs.
 
-    The first grids are ``composer``'s, or COARSE_LEVEL halvings coarser where a leaf
-    grid is large (COARSE_FIRST_LEAF_BUCKETS; ``composer``'s own follow where that
-    coarse pass certifies no finite upper bound or reaches the floating-point range,
-    COARSE_PASS_LIMITS).  While the relative width exceeds
+    The first grids are ``composer``'s, or coarser where a leaf grid is large
+    (``_first_level``: COARSE_LEVEL or, for short histories, SHORT_HISTORY_LEVEL
+    halvings; ``composer``'s own follow where that coarse pass certifies no finite
+    upper bound or reaches the floating-point range, COARSE_PASS_LIMITS).  While the relative width exceeds
     TARGET_WIDTH the bounds are computed again with the leaf and final resolutions
     halved as often as ``refinement_level`` predicts (``Composer.refined``: finer
     levels also have twice the bucket cap), up to MAX_REFINEMENT halvings of
@@ -444,7 +452,8 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     COARSE_PASS_LIMITS).  The decisions depend on the history and epsilon alone.
     """
     history = canonical_history(history)
-    start = composer.refined(_first_level(composer, history, None))
+    # (no coarser than COARSE_LEVEL: a delta query answers on its first grids)
+    start = composer.refined(max(_first_level(composer, history, None), COARSE_LEVEL))
     try:
         first = compose_history(start, history, None, methods).delta_bounds(epsilon)
     except COARSE_PASS_LIMITS:

@@ -151,13 +151,20 @@ def _scripted_passes(monkeypatch, width_at):
     return seen
 
 
+def _long_leaves(monkeypatch):
+    """Make every history look long-tailed and long (a leaf of 2^20 buckets whose
+    composition coarsens): the first pass is on COARSE_LEVEL's grids."""
+    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    monkeypatch.setattr(Composer, "final_grid_coarsens", lambda self, h, d=None: True)
+
+
 def _coarse_start(monkeypatch, too_wide):
     """Levels run from a coarse start whose bracket is ``too_wide`` times the target,
     each halving shrinking it 4-fold, and the answer."""
     from pb_accountant import engine
     seen = _scripted_passes(monkeypatch, lambda level: too_wide * TARGET_WIDTH
                             / 4.0 ** (level - engine.COARSE_LEVEL))
-    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    _long_leaves(monkeypatch)
     best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
                                           1e-5)
     return seen, best
@@ -184,7 +191,7 @@ def test_a_coarse_start_without_a_finite_upper_bound_falls_back_to_the_default_g
     from pb_accountant import engine
     seen = _scripted_passes(monkeypatch, lambda level: None if level < 0
                             else 2 * TARGET_WIDTH / 4.0 ** level)
-    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    _long_leaves(monkeypatch)
     best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
                                           1e-5)
     assert seen == [engine.COARSE_LEVEL, 0, 1]
@@ -211,7 +218,7 @@ def test_a_coarse_start_beyond_the_floating_point_range_falls_back_to_the_defaul
         return scripted(composer, history, delta, symmetric)
 
     monkeypatch.setattr(engine, "_two_sided_bounds", raising)
-    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    _long_leaves(monkeypatch)
     best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 1e-5), 10)],
                                           1e-5)
     assert seen == ["raised", 0, 1]
@@ -429,7 +436,7 @@ def test_a_bracket_left_wide_says_why(monkeypatch):
     assert seen == [engine.COARSE_LEVEL, 1] and "bucket cap" in _note(best)
     # a coarse start without an upper bound, then two more passes that stop short of
     # the finest level (level 1 asks for no more than one halving): the most grids
-    monkeypatch.setattr(Composer, "largest_leaf", lambda self, h, d=None: 2 ** 20)
+    _long_leaves(monkeypatch)
     seen, best = run(lambda level: None if level < 0 else 3 * TARGET_WIDTH)
     assert seen == [engine.COARSE_LEVEL, 0, 1] and "most grids" in _note(best)
     # ... and when the last of them is the finest level, that is the reason given
@@ -484,12 +491,61 @@ def test_short_histories_on_long_tailed_leaves_start_coarse():
             < engine.COARSE_FIRST_LEAF_BUCKETS)
     assert not c.final_grid_coarsens(SHORT, SHORT_DELTA)
     assert c.final_grid_coarsens([(SHORT[0][0], 100_000)], SHORT_DELTA)
-    assert engine._first_level(c, canonical_history(SHORT), SHORT_DELTA) == engine.COARSE_LEVEL
+    assert (engine._first_level(c, canonical_history(SHORT), SHORT_DELTA)
+            == engine.SHORT_HISTORY_LEVEL)
     fine = engine._two_sided_bounds(c, SHORT, SHORT_DELTA, False)
     assert math.isclose(fine.grid.factor, math.exp(leaf.log_factor), rel_tol=1e-14)
     best = adaptive_epsilon_bounds(c, SHORT, SHORT_DELTA)
     assert best.grid.factor > fine.grid.factor and 0 < _width(best) <= TARGET_WIDTH
     assert max(best.lower, fine.lower) <= min(best.upper, fine.upper)
+    # answered on the short-history grids alone, coarser than the large leaves' start
+    short = engine._two_sided_bounds(c.refined(engine.SHORT_HISTORY_LEVEL), SHORT,
+                                     SHORT_DELTA, False)
+    assert (best.lower, best.upper) == (short.lower, short.upper)
+    coarse = engine._two_sided_bounds(c.refined(engine.COARSE_LEVEL), SHORT, SHORT_DELTA,
+                                      False)
+    assert best.grid.factor > coarse.grid.factor
+    assert max(best.lower, coarse.lower) <= min(best.upper, coarse.upper)
+
+
+def test_a_short_history_whose_first_bracket_misses_the_target_is_refined():
+    """Three steps at sigma 0.74, q 1.06e-3, delta 1.4e-4 (random-suite seed 5, #17): the
+    short-history grids give a bracket 12 times the target, so the query refines by the
+    h^2 law (two halvings) and meets it; both brackets are certified, so they nest."""
+    from pb_accountant import engine
+    from pb_accountant.composition import canonical_history
+    history = [(SubsampledGaussian(0.740013, 0.00106046), 3)]
+    delta = 1.427e-4
+    c = Composer()
+    assert engine._first_level(c, canonical_history(history), delta) == \
+        engine.SHORT_HISTORY_LEVEL
+    first = engine._two_sided_bounds(c.refined(engine.SHORT_HISTORY_LEVEL), history, delta,
+                                     False)
+    assert _width(first) > TARGET_WIDTH
+    best = adaptive_epsilon_bounds(c, history, delta)
+    assert 0 < _width(best) <= TARGET_WIDTH
+    assert first.lower <= best.lower <= best.upper <= first.upper
+
+
+def test_a_delta_query_of_a_short_history_starts_no_coarser_than_coarse_level(monkeypatch):
+    """Delta queries do not refine, so their first grids are their answer: a short
+    history's delta query keeps COARSE_LEVEL's grids, not the epsilon query's coarser
+    start."""
+    from pb_accountant import engine
+    from pb_accountant.composition import canonical_history
+    c = Composer()
+    assert engine._first_level(c, canonical_history(SHORT), None) == \
+        engine.SHORT_HISTORY_LEVEL
+    real = engine.compose_history
+    tried = []
+
+    def recording(composer, history, delta=None, methods=engine.DEFAULT_METHODS):
+        tried.append(composer.options.resolution)
+        return real(composer, history, delta, methods)
+
+    monkeypatch.setattr(engine, "compose_history", recording)
+    engine.adaptive_delta_bounds(c, SHORT, [1.0, 2.0])
+    assert tried and set(tried) == {c.refined(engine.COARSE_LEVEL).options.resolution}
 
 
 @pytest.mark.parametrize("steps", [1, 3, 10, 30, 100, 300, 1000])
