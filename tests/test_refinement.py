@@ -148,6 +148,10 @@ def _scripted_passes(monkeypatch, width_at):
         return engine.EpsilonBounds(delta, 1.0 - width, 1.0)
 
     monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
+    # the split pair's refinement alone (``_refined_bounds``) moves no scripted bracket:
+    # every refinement then composes both bounds, as the scripts expect
+    monkeypatch.setattr(engine, "_upper_bound",
+                        lambda composer, history, delta: engine.EpsilonBounds(delta, 0.0, 1.0))
     return seen
 
 
@@ -567,3 +571,61 @@ def test_final_grid_coarsens_says_what_the_composition_does(steps):
     final = engine._two_sided_bounds(c, history, 1e-5, False).grid.factor
     same = math.isclose(final, math.exp(leaf.log_factor), rel_tol=1e-14)
     assert c.final_grid_coarsens(history, 1e-5) == (not same), ratio
+
+
+# sigma 3.88, q 1.66e-5, 56,292 steps, delta 1.2e-14 (random-suite seed 12, #56): the
+# default grids' bracket is just wider than the target (4.07e-4)
+NEAR_MISS = [(SubsampledGaussian(3.882771, 1.659e-05), 56292)]
+NEAR_MISS_DELTA = 1.2402498826570343e-14
+
+
+def test_a_near_miss_refines_the_split_pair_alone(monkeypatch):
+    """A bracket within SPLIT_FIRST times the target: one halving of the split pair's
+    grids brings its upper bound close enough to the first pass's lower bound, so the
+    groups are not composed again.  The answer's upper bound is the finer grids' (the
+    same as a full refinement's), its lower bound the first pass's."""
+    from pb_accountant import engine
+    c = Composer()
+    first = engine._two_sided_bounds(c, NEAR_MISS, NEAR_MISS_DELTA, False)
+    assert TARGET_WIDTH < _width(first) <= engine.SPLIT_FIRST * TARGET_WIDTH
+    full = engine._two_sided_bounds(c.refined(1), NEAR_MISS, NEAR_MISS_DELTA, False)
+    real = engine._two_sided_bounds
+    passes = []
+
+    def counting(composer, history, delta, symmetric):
+        passes.append(composer.options.resolution)
+        return real(composer, history, delta, symmetric)
+
+    monkeypatch.setattr(engine, "_two_sided_bounds", counting)
+    best = adaptive_epsilon_bounds(Composer(), NEAR_MISS, NEAR_MISS_DELTA)
+    assert passes == [c.options.resolution]          # the groups of level 1: never
+    assert (best.lower, best.upper) == (first.lower, full.upper)
+    assert 0 < _width(best) <= TARGET_WIDTH
+    assert best.grid == full.grid
+
+
+def test_a_split_pair_refinement_that_falls_short_composes_both_bounds(monkeypatch):
+    """Where the split pair's refined upper bound still leaves the bracket wider than
+    the target, both bounds are computed on the same grids (the split pair a cache
+    hit) and the tighter of the certified brackets is kept."""
+    from pb_accountant import engine
+    seen = _scripted_passes(monkeypatch, lambda level: 1.5 * TARGET_WIDTH / 4.0 ** level)
+    uppers = []
+
+    def upper(composer, history, delta):
+        uppers.append(composer.options.resolution)
+        return engine.EpsilonBounds(delta, 0.0, 1.0 - TARGET_WIDTH / 100)
+
+    monkeypatch.setattr(engine, "_upper_bound", upper)
+    best = engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 0.01), 10)],
+                                          1e-5)
+    assert seen == [0, 1] and uppers == [Composer().refined(1).options.resolution]
+    # the full pass's lower bound, the split pair's (smaller) upper bound
+    assert best.upper == 1.0 - TARGET_WIDTH / 100
+    assert best.lower == 1.0 - 1.5 * TARGET_WIDTH / 4.0
+    # beyond SPLIT_FIRST times the target, both bounds at once, as before
+    uppers.clear()
+    seen = _scripted_passes(monkeypatch, lambda level: 3 * TARGET_WIDTH / 4.0 ** level)
+    monkeypatch.setattr(engine, "_upper_bound", upper)
+    engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 0.01), 10)], 1e-5)
+    assert seen == [0, 1] and uppers == []
