@@ -980,7 +980,8 @@ class GroupedBuckets(BucketRepresentation):
         log_scale = self.log_scale + other.log_scale
         rel = _compose_relative(self.relative, other.relative) * (1.0 + 4 * _U) \
             + _scale_rounding(log_scale, self.log_scale, other.log_scale)
-        z, err, log_scale, rel = _normalised(z, err, log_scale, rel)
+        z, err, log_scale, rel = _normalised(z, err, log_scale, rel,
+                                             [k in ("C", "D") for k in self.kinds])
         return self._with(grid, z, err, self.compositions + other.compositions,
                           self._product_infinities(other), rel, log_scale)
 
@@ -1209,15 +1210,18 @@ _SMALLEST_NORMAL = 2.2250738585072014e-308
 _NORMAL_EXP = 256
 
 
-def _normalised(rows, err, log_scale, rel):
+def _normalised(rows, err, log_scale, rel, movable):
     """Rows whose largest entry left [2^-256, 2^256] multiplied by 2^-m (exact but for
     underflow, below 2^-1074 per entry, added to the error) with m log 2 added to their
-    scale (its rounding is relative)."""
+    scale (its rounding is relative); only the rows marked ``movable`` (C and D).  The A
+    and B rows keep their true masses, as the bounds and ``plus`` read them: a mass row
+    below 2^-256 (a two-scale part stored at a scale its infinity atom sets) stays as it
+    is, and what its products lose to underflow only lowers the lower bound."""
     peak = rows.max(axis=1) if rows.shape[1] else np.zeros(len(rows))
     copied = False
     check_finite("a grouped product's rows", peak)
     for i, top in enumerate(peak):
-        if not top > 0:
+        if not (top > 0 and movable[i]):
             continue
         m = math.frexp(top)[1]
         if abs(m) <= _NORMAL_EXP:

@@ -197,10 +197,7 @@ class PrivacyBuckets:
             notes += ("no epsilon could be certified for this delta: the infinity mass plus "
                       f"certified round-off ({self.infinity_mass:.3g}) is not below delta",)
         elif lo == 0.0 and up > 1.0 and (self._lower or self.buckets is None):
-            notes += (f"the certified lower bound is 0 while the upper bound is {up:.6g}: the "
-                      "lower bound's certified error allowance exceeds delta at losses this "
-                      "large (a known limit of the grouped buckets); the upper bound is "
-                      "unaffected",)
+            notes += (_zero_lower_note(up),)
         return EpsilonBounds(delta, float(lo), float(up), method or "best", self.grid_info, notes)
 
     def curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
@@ -253,9 +250,9 @@ def compose(sequence, *, delta: Optional[float] = None,
 #: training loop, whose default-grid widths sit near 4e-4, but left three random-suite
 #: settings' upper bounds more than 0.03% above PLD.)
 TARGET_WIDTH = 4e-4
-#: errors a coarse first pass may meet where the default grids need not: a spacing
-#: COARSE_LEVEL halvings wider reaches the floating-point range sooner (a grid factor
-#: e^d beyond 1e308, a grouped row's weights) at epsilon of millions
+#: errors a coarse first pass (COARSE_LEVEL or SHORT_HISTORY_LEVEL) may meet where the
+#: default grids need not: a wider spacing reaches the floating-point range sooner (a
+#: grid factor e^d beyond 1e308, a grouped row's weights) at epsilon of millions
 COARSE_PASS_LIMITS = (OverflowError, FloatingPointError)
 #: most halvings of the leaf and final resolutions a query may ask for
 MAX_REFINEMENT = 2
@@ -518,14 +515,26 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
     return dataclasses.replace(second, lower=low, upper=up)
 
 
+#: how the note on a lower bound of 0 beside a large upper bound begins
+ZERO_LOWER_NOTE = "the certified lower bound is 0"
+
+
+def _zero_lower_note(upper: float) -> str:
+    return (f"{ZERO_LOWER_NOTE} while the upper bound is {upper:.6g}: the lower bound's "
+            "certified error allowance exceeds delta at losses this large (a known limit "
+            "of the grouped buckets); the upper bound is unaffected")
+
+
 def _best_of(bounds: EpsilonBounds, better: EpsilonBounds) -> EpsilonBounds:
     """The tighter of two certified brackets of the same query (``better``: the one on
-    the finer grid, whose grid and notes are reported)."""
+    the finer grid, whose grid and notes are reported; a note on a lower bound of 0
+    names the upper bound reported)."""
     up = min(bounds.upper, better.upper)
     low = min(max(bounds.lower, better.lower), up)
-    notes = tuple(n for n in better.notes if not n.startswith("the certified lower bound is 0"))
-    if low == 0.0 and up > 1.0:
-        notes = better.notes
+    notes = tuple(n for n in better.notes if not n.startswith(ZERO_LOWER_NOTE))
+    if low == 0.0 and up > 1.0 and any(n.startswith(ZERO_LOWER_NOTE)
+                                       for n in bounds.notes + better.notes):
+        notes += (_zero_lower_note(up),)
     return dataclasses.replace(better, lower=float(low), upper=float(up), notes=notes)
 
 

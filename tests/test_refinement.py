@@ -629,3 +629,16 @@ def test_a_split_pair_refinement_that_falls_short_composes_both_bounds(monkeypat
     monkeypatch.setattr(engine, "_upper_bound", upper)
     engine.adaptive_epsilon_bounds(Composer(), [(SubsampledGaussian(1.0, 0.01), 10)], 1e-5)
     assert seen == [0, 1] and uppers == []
+
+
+def test_a_zero_lower_bound_note_names_the_upper_bound_reported():
+    """sigma 0.05, q 1e-6, one step, delta 1e-6: every pass's lower bound is 0, and the
+    answer's upper bound is the smallest of the passes'; the note on the lower bound
+    names that one (it named the finer pass's 59.68 beside a reported 47.31)."""
+    from pb_accountant.engine import ZERO_LOWER_NOTE
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(0.05, 1e-6, 1)]
+    b = acc.get_epsilon_bounds(1e-6)
+    notes = [n for n in b.notes if n.startswith(ZERO_LOWER_NOTE)]
+    assert b.lower == 0.0 and b.upper > 1.0
+    assert len(notes) == 1 and f"{b.upper:.6g}" in notes[0]
