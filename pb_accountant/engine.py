@@ -390,13 +390,16 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     return _with_width_note(best, stop)
 
 
-def _upper_bound(composer: Composer, history, delta: float) -> EpsilonBounds:
+def _upper_bound(composer: Composer, history, delta: float,
+                 symmetric: bool = False) -> EpsilonBounds:
     """The split pair's certified upper bound at ``delta`` on ``composer``'s grids
     (lower bound 0: no group is composed).  The A||B groups' leaves are built with the
     split pair's, from the same masses, as ``_two_sided_bounds`` builds them, so that
-    composing the groups afterwards computes no leaf masses again."""
+    composing the groups afterwards computes no leaf masses again.  ``symmetric``: the
+    pairs are their own mirrors (composed one direction at a time, A||B decides both)."""
     if _directions_apart(composer, history, delta, ("grouped-ab",)):
-        return _by_direction(composer, history, delta, ("split",)).epsilon_bounds(delta)
+        return _by_direction(composer, history, delta, ("split",),
+                             symmetric).epsilon_bounds(delta)
     return PrivacyBuckets(composer.compose(history, delta, ("split",)),
                           delta).epsilon_bounds(delta)
 
@@ -412,7 +415,7 @@ def _refined_bounds(best: EpsilonBounds, finer: Composer, history, delta: float,
     computed on ``finer`` (``_two_sided_bounds``), its split pair a cache hit."""
     if best.width > SPLIT_FIRST * TARGET_WIDTH:
         return _best_of(best, _two_sided_bounds(finer, history, delta, symmetric))
-    upper = _best_of(best, _upper_bound(finer, history, delta))
+    upper = _best_of(best, _upper_bound(finer, history, delta, symmetric))
     if refinement_level(upper) == 0:
         return upper
     return _best_of(upper, _two_sided_bounds(finer, history, delta, symmetric))

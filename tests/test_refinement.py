@@ -150,8 +150,8 @@ def _scripted_passes(monkeypatch, width_at):
     monkeypatch.setattr(engine, "_two_sided_bounds", scripted)
     # the split pair's refinement alone (``_refined_bounds``) moves no scripted bracket:
     # every refinement then composes both bounds, as the scripts expect
-    monkeypatch.setattr(engine, "_upper_bound",
-                        lambda composer, history, delta: engine.EpsilonBounds(delta, 0.0, 1.0))
+    monkeypatch.setattr(engine, "_upper_bound", lambda composer, history, delta, symmetric:
+                        engine.EpsilonBounds(delta, 0.0, 1.0))
     return seen
 
 
@@ -612,7 +612,7 @@ def test_a_split_pair_refinement_that_falls_short_composes_both_bounds(monkeypat
     seen = _scripted_passes(monkeypatch, lambda level: 1.5 * TARGET_WIDTH / 4.0 ** level)
     uppers = []
 
-    def upper(composer, history, delta):
+    def upper(composer, history, delta, symmetric):
         uppers.append(composer.options.resolution)
         return engine.EpsilonBounds(delta, 0.0, 1.0 - TARGET_WIDTH / 100)
 
