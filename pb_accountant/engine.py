@@ -314,7 +314,7 @@ def _first_level(composer: Composer, history, delta: Optional[float]) -> int:
 
 
 def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
-                            symmetric: bool = False) -> EpsilonBounds:
+                            symmetric: bool = False, split_first: bool = True) -> EpsilonBounds:
     """Both bounds at ``delta``, on a grid as fine as the answer needs.
 
     The first grids are ``composer``'s, or coarser where a leaf grid is large
@@ -333,6 +333,8 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     history gets the same answer.  A bracket left wider than TARGET_WIDTH carries a
     note saying why refinement stopped (``EpsilonBounds.notes``).
     ``symmetric``: the pairs are their own mirrors (the B||A groups repeat the A||B ones).
+    ``split_first`` False: every refinement computes both bounds (for a caller that
+    reads the lower bound alone, which the split pair's refinement leaves as it was).
     """
     delta = check_delta(delta)
     history = canonical_history(history)
@@ -364,7 +366,7 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                     else _unhalved(composer, level, history, delta))
             if full is not None:
                 full_leaves = True
-                best = _refined_bounds(best, full, history, delta, symmetric)
+                best = _refined_bounds(best, full, history, delta, symmetric, split_first)
                 continue
             stop = f"its grids are the finest allowed ({MAX_REFINEMENT} halvings)"
             break
@@ -382,7 +384,7 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                     "level would refine the final grid alone")
             break
         level = min(level + halvings, MAX_REFINEMENT)
-        best = _refined_bounds(best, finer, history, delta, symmetric)
+        best = _refined_bounds(best, finer, history, delta, symmetric, split_first)
     else:
         stop = (f"its grids are the finest allowed ({MAX_REFINEMENT} halvings)"
                 if level >= MAX_REFINEMENT else
@@ -405,7 +407,7 @@ def _upper_bound(composer: Composer, history, delta: float,
 
 
 def _refined_bounds(best: EpsilonBounds, finer: Composer, history, delta: float,
-                    symmetric: bool) -> EpsilonBounds:
+                    symmetric: bool, split_first: bool = True) -> EpsilonBounds:
     """``best`` tightened on ``finer``'s grids, composing the groups there only if they
     are needed.
 
@@ -413,7 +415,7 @@ def _refined_bounds(best: EpsilonBounds, finer: Composer, history, delta: float,
     its upper bound with ``best``'s lower bound meets TARGET_WIDTH, that bracket is the
     answer (both bounds are certified), at about half a pass.  Otherwise both bounds are
     computed on ``finer`` (``_two_sided_bounds``), its split pair a cache hit."""
-    if best.width > SPLIT_FIRST * TARGET_WIDTH:
+    if not split_first or best.width > SPLIT_FIRST * TARGET_WIDTH:
         return _best_of(best, _two_sided_bounds(finer, history, delta, symmetric))
     upper = _best_of(best, _upper_bound(finer, history, delta, symmetric))
     if refinement_level(upper) == 0:

@@ -424,7 +424,8 @@ def bracket_lower_epsilon(composer: Composer, sp: SampledPairs, delta: float) ->
     target = delta * factor
     if not target < 1.0:
         return 0.0
-    low = adaptive_epsilon_bounds(composer, list(sp.lower), target).lower
+    # (the lower bound alone is read: every refinement computes it)
+    low = adaptive_epsilon_bounds(composer, list(sp.lower), target, split_first=False).lower
     return max(0.0, low - shift)
 
 

@@ -642,3 +642,18 @@ def test_a_zero_lower_bound_note_names_the_upper_bound_reported():
     notes = [n for n in b.notes if n.startswith(ZERO_LOWER_NOTE)]
     assert b.lower == 0.0 and b.upper > 1.0
     assert len(notes) == 1 and f"{b.upper:.6g}" in notes[0]
+
+
+def test_a_caller_of_the_lower_bound_alone_refines_both_bounds(monkeypatch):
+    """``split_first=False`` (the shuffle bracket's lower bound reads ``.lower`` alone):
+    a near miss is refined with both bounds, so the lower bound is the finer grids'."""
+    from pb_accountant import engine
+    c = Composer()
+    full = engine._two_sided_bounds(c.refined(1), NEAR_MISS, NEAR_MISS_DELTA, False)
+
+    def refused(*args):
+        raise AssertionError("the split pair alone was refined")
+
+    monkeypatch.setattr(engine, "_upper_bound", refused)
+    best = adaptive_epsilon_bounds(Composer(), NEAR_MISS, NEAR_MISS_DELTA, split_first=False)
+    assert (best.lower, best.upper) == (full.lower, full.upper)
