@@ -657,3 +657,20 @@ def test_a_caller_of_the_lower_bound_alone_refines_both_bounds(monkeypatch):
     monkeypatch.setattr(engine, "_upper_bound", refused)
     best = adaptive_epsilon_bounds(Composer(), NEAR_MISS, NEAR_MISS_DELTA, split_first=False)
     assert (best.lower, best.upper) == (full.lower, full.upper)
+
+
+@pytest.mark.parametrize("sigma, steps, delta", [(2.5, 1000, 1e-5), (2.5, 1000, 1e-10),
+                                                 (2.5, 1000, 1e-14), (2.5, 10000, 1e-14)])
+def test_split_pair_first_brackets_the_closed_form_gaussian(sigma, steps, delta):
+    """q = 1 (the Gaussian mechanism): the first grids' bracket is a near miss, the
+    answer pairs their lower bound with the finer grids' upper bound, and the exact
+    epsilon of the Gaussian composition (mu = sqrt(steps) / sigma) lies inside it."""
+    from _closed_form import gaussian_epsilon
+    from pb_accountant import engine
+    history = [(SubsampledGaussian(sigma, 1.0), steps)]
+    first = engine._two_sided_bounds(Composer(), history, delta, False)
+    assert TARGET_WIDTH < _width(first) <= engine.SPLIT_FIRST * TARGET_WIDTH
+    best = adaptive_epsilon_bounds(Composer(), history, delta)
+    exact = gaussian_epsilon(delta, math.sqrt(steps) / sigma)
+    assert best.lower <= exact <= best.upper
+    assert best.lower == first.lower and 0 < _width(best) <= TARGET_WIDTH
