@@ -320,9 +320,9 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     The first grids are ``composer``'s, or coarser where a leaf grid is large
     (``_first_level``: COARSE_LEVEL or, for short histories, SHORT_HISTORY_LEVEL
     halvings; ``composer``'s own follow where that coarse pass certifies no finite
-    upper bound or reaches the floating-point range, COARSE_PASS_LIMITS).  While the relative width exceeds
-    TARGET_WIDTH the bounds are computed again with the leaf and final resolutions
-    halved as often as ``refinement_level`` predicts (``Composer.refined``: finer
+    upper bound or reaches the floating-point range, COARSE_PASS_LIMITS).  While the
+    relative width exceeds TARGET_WIDTH the bounds are computed again with the leaf and
+    final resolutions halved as often as ``refinement_level`` predicts (``Composer.refined``: finer
     levels also have twice the bucket cap; a bracket near the target refines its upper
     bound alone first, ``_refined_bounds``), up to MAX_REFINEMENT halvings of
     ``composer``'s and MAX_PASSES grids, but not where no leaf grid would get finer
