@@ -225,6 +225,8 @@ MAX_LEAF_RELATIVE = 1e-9
 #: split between the two parts is chosen for deltas near 1e-14 (docs/floating-point.md)
 LEAF_TAIL_SCALE = 1e-14
 _CANDIDATES = np.concatenate(([0.0], np.logspace(-17, math.log10(MAX_LEAF_RELATIVE), 33)))
+#: the candidates at the default cap (selected once)
+_CANDIDATES_AT_CAP = _CANDIDATES[_CANDIDATES <= MAX_LEAF_RELATIVE]
 
 
 def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
@@ -237,24 +239,33 @@ def _relative_part(err, row, cap: float = MAX_LEAF_RELATIVE):
     with r slightly shrunk, so it is never under-counted.
     """
     err = np.asarray(err, dtype=float)
-    cands = _CANDIDATES[_CANDIDATES <= cap]
+    row = np.asarray(row, dtype=float)
+    cands = _CANDIDATES_AT_CAP if cap == MAX_LEAF_RELATIVE else _CANDIDATES[_CANDIDATES <= cap]
     # choose r from the ratios binned between the candidates (estimates only, no sort),
     # then count the rest in one pass
     live = row > 0
+    # ratio: err / row where row > 0, inf elsewhere (those entries overwritten)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = np.where(live, err / np.where(live, row, 1.0), np.inf)
+        ratio = err / row
+    np.copyto(ratio, np.inf, where=~live)
     # bin j + 1 holds the entries with ratio above candidates 0..j
     idx = np.searchsorted(cands, ratio, side="left")
     k = len(cands) + 1
+    # the rows' weights, 0 where row <= 0: the row itself when no entry is negative or
+    # NaN (an entry -0 instead of 0 adds nothing to the bins' sums, which start at +0)
+    weights = row if row.min(initial=0.0) >= 0.0 else np.where(live, row, 0.0)
     sum_err = np.cumsum(np.bincount(idx, weights=err, minlength=k)[::-1])[::-1]
-    sum_row = np.cumsum(np.bincount(idx, weights=np.where(live, row, 0.0), minlength=k)[::-1])[::-1]
+    sum_row = np.cumsum(np.bincount(idx, weights=weights, minlength=k)[::-1])[::-1]
     # entries with ratio > cands[j]: bins j + 1 and above
     estimate = np.maximum(sum_err[1:] - cands * sum_row[1:], 0.0)
     with np.errstate(over="ignore"):          # (an overflowing estimate is never chosen)
         r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
+    # rest: the sum of max(err - r (1 - 1e-12) row, 0), in place
     with np.errstate(over="ignore", invalid="ignore"):
-        rest = np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()
-    return r, float(rest) * (1.0 + 1e-9)
+        rest = row * (r * (1.0 - 1e-12))
+        np.subtract(err, rest, out=rest)
+        np.maximum(rest, 0.0, out=rest)
+    return r, float(rest.sum()) * (1.0 + 1e-9)
 
 
 def _leaf_errors(rows, entry_errors, extra):
@@ -384,12 +395,22 @@ class SplitBuckets(BucketRepresentation):
         # a (e^{s_lo} - 1) / (1 - e^{-d}) + a (e^{s_hi} - 1) / (e^d - 1) (to first order;
         # a factor 2 covers the rest while shift <= 1% of d)
         s_lo, s_hi = sh[:-1], sh[1:]
-        ra = np.where(ai > 0, ea[1:-1] / np.where(ai > 0, ai, 1.0), 0.0) * (1 + 1e-9)
-        slack = (((ea[1:-1] * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
-                 + 2.0 * ea[1:-1]
-                 + 2.0 * ai * (np.expm1(s_lo) / em1 + np.expm1(s_hi) / fm1)) * (1.0 + 1e-9)
+        ea_i = ea[1:-1]
+        held = ai > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ra = ea_i / ai                             # ea / a where a > 0, else 0
+        np.copyto(ra, 0.0, where=~held)
+        ra *= 1 + 1e-9
+        # (expm1 of the shifts once, read at both ends of each bucket)
+        grow = np.expm1(sh)
+        slack = (((ea_i * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
+                 + 2.0 * ea_i
+                 + 2.0 * ai * (grow[:-1] / em1 + grow[1:] / fm1)) * (1.0 + 1e-9)
         beta_up = np.clip(beta + slack, 0.0, ai)       # A row: toward the higher loss
         beta_down = np.clip(beta - slack, 0.0, ai)     # B row: toward the lower loss
+        # (temporaries are freed once dead, here and below: later ones reuse their
+        # memory instead of growing the heap)
+        del ci, beta, grow, slack
         alpha_up, alpha_down = ai - beta_up, ai - beta_down
         # share of an atom displaced by s past a grid point that goes one point further
         # (exact split of an atom at t + s between t and t + d, rounded up)
@@ -410,7 +431,7 @@ class SplitBuckets(BucketRepresentation):
         # entrywise: the reference differs by a*/a - 1 (<= ra) per bucket, plus the
         # roundings of the shares (3u); a bucket whose computed A-mass is 0 may hold up
         # to ea, placed pessimistically (at both points it may reach)
-        lost = np.where(ai > 0, 0.0, ea[1:-1])
+        lost = np.where(held, 0.0, ea_i)
         eA = np.zeros(K + 1)
         eB = np.zeros(K + 1)
         eA[:-2] += alpha_up * ra
@@ -419,6 +440,7 @@ class SplitBuckets(BucketRepresentation):
         eB[1:-1] += Bb * (1.0 - lam_lo) * (ra + 3.0 * _U) + lost * down
         eB[:-2] += Bb * lam_lo * (ra + 3.0 * _U) + lost * down
         eB[2:] += beta_down / et * ra
+        del et, ra, beta_up, beta_down, alpha_up, alpha_down, Bb, lost, down
         # corner buckets: L <= t_{-n} + s (paper's S_{-n}) and L > t_n - s (S_inf): the
         # exact split onto (-inf, t_{-n} + s) and (t_n - s, +inf), then as above
         bottom, top = math.exp(-t[0] - sh[0]), math.exp(t[-1] - sh[-1])
@@ -442,6 +464,7 @@ class SplitBuckets(BucketRepresentation):
         # + masses that may have underflowed (each below 1e-300) and the exponentials'
         # rounding (relative, in _leaf_errors)
         rows = np.vstack([A, B])
+        del A, B
         rel, error = _leaf_errors(rows, (eA, eB), (1e-300 * len(t), 1e-300 * len(t)))
         return SplitBuckets(grid, rows, float(a_inf), float(b_minf), error, 1, 0.0, rel)
 
@@ -899,12 +922,16 @@ class GroupedBuckets(BucketRepresentation):
         eb_c = np.where(b < tiny, 0.0, eb)
         ea_d = np.where(a < tiny, 0.0, ea)
         eb_c[0], ea_d[-1] = eb[0], ea[-1]
-        full = {"A": a, "C": C, "B": b, "D": D}
-        full_err = {"A": ea, "C": eb_c * et, "B": eb, "D": ea_d / et}
+        del factor_c, factor_d
         kinds = [k for d in directions for k in _ROW_KINDS[d]]
+        full = {"A": a, "C": C, "B": b, "D": D}
         rows = np.vstack([full[k] for k in kinds])
-        rel, error = _leaf_errors(rows, [full_err[k] * (1 + 1e-9) for k in kinds],
-                                  [1e-300 * len(t)] * len(kinds))
+        del full, C, D
+        # the rows' errors (C's and D's formed in turn: one temporary at a time)
+        errs = [(ea if k == "A" else eb if k == "B" else eb_c * et if k == "C" else ea_d / et)
+                * (1 + 1e-9) for k in kinds]
+        del eb_c, ea_d, et
+        rel, error = _leaf_errors(rows, errs, [1e-300 * len(t)] * len(kinds))
         keep_a, keep_b = "ab" in directions, "ba" in directions
         return GroupedBuckets(grid, rows, error, 1, float(a_inf) if keep_a else 0.0,
                               float(b_minf) if keep_b else 0.0, tuple(directions), rel)

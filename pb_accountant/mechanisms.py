@@ -639,60 +639,148 @@ def _narrow_masses(l, h, mean: float, scale: float):
     stays near 36u at any reach instead of growing like u mid^2.
     """
     u = _U
+    # (the operations of the formulas in the comments, in that order, most of them in
+    # place on temporaries no longer needed: the same values, fewer allocations)
     # centre in z units as q_hi + q_lo: (l + h) / 2 - mean exactly, then divided
     s_hi, s_lo = two_sum(l, h)
-    d_hi, d_lo = two_sum(0.5 * s_hi, -np.asarray(mean, dtype=float))   # (mean: scalar or per entry)
-    d_lo = d_lo + 0.5 * s_lo
+    s_hi *= 0.5
+    d_hi, d_lo = two_sum(s_hi, -np.asarray(mean, dtype=float))   # (mean: scalar or per entry)
+    s_lo *= 0.5
+    d_lo += s_lo                                  # d_lo + 0.5 s_lo
     q_hi = d_hi / scale
     p, e = two_prod(q_hi, float(scale))
-    q_lo = (((d_hi - p) - e) + d_lo) / scale
-    # |mid - (q_hi + q_lo)|: roundings of d_lo and q_lo, each u |term| (+ tiny)
-    dmid = 4.0 * u * (np.abs(d_lo) / scale + np.abs(q_lo)) + 1e-300
-    half = 0.5 * (h - l) / scale
-    reach = np.abs(q_hi) + np.abs(q_lo) + half
+    q_lo = d_hi - p
+    q_lo -= e
+    q_lo += d_lo
+    q_lo /= scale                                 # (((d_hi - p) - e) + d_lo) / scale
+    del s_hi, s_lo, d_hi, p, e       # (temporaries freed as soon as they are dead: the
+                                     # later ones reuse their memory)
+    abs_q_lo = np.abs(q_lo)
+    # |mid - (q_hi + q_lo)|: roundings of d_lo and q_lo, each u |term| (+ tiny):
+    # 4u (|d_lo| / scale + |q_lo|) + 1e-300
+    dmid = np.abs(d_lo)
+    dmid /= scale
+    dmid += abs_q_lo
+    dmid *= 4.0 * u
+    dmid += 1e-300
+    del d_lo
+    half = h - l
+    half *= 0.5
+    half /= scale                                 # 0.5 (h - l) / scale
+    reach = np.abs(q_hi)
+    reach += abs_q_lo
+    reach += half                                 # |q_hi| + |q_lo| + half
+    del abs_q_lo
     # phi(mid) = exp(-(P + lo) / 2), mid^2 = P + lo + (q_lo^2, dropped: counted below)
     P, Pe = two_square(q_hi)
-    lo2 = Pe + 2.0 * q_hi * q_lo
+    lo2 = 2.0 * q_hi
+    lo2 *= q_lo
+    np.add(Pe, lo2, out=lo2)                      # Pe + 2 q_hi q_lo
+    phi = P
+    phi *= -0.5
     with np.errstate(under="ignore"):
-        phi = np.exp(-0.5 * P) * (1.0 - 0.5 * lo2)
+        np.exp(phi, out=phi)
+        tmp = 0.5 * lo2
+        np.subtract(1.0, tmp, out=tmp)
+        phi *= tmp                                # exp(-P / 2) (1 - lo2 / 2)
+    del P
     # the node factors
-    a = (q_hi + q_lo) * half     # the whole midpoint: q_lo is not small next to q_hi
-                                 # where x is near a nonzero mean at a tiny scale
-    b = 0.5 * half * half
-    size = half * reach * (1.0 + 1e-6)
+    a = q_hi + q_lo              # the whole midpoint: q_lo is not small next to q_hi
+    a *= half                    # where x is near a nonzero mean at a tiny scale
+    b = 0.5 * half
+    b *= half                                     # half^2 / 2
+    size = half * reach
+    size *= 1.0 + 1e-6
     if np.any(size > _GL_RULES[-1][1]):
         raise RuntimeError("internal error: a narrow interval beyond the quadrature rules")
-    g = np.empty(len(l))
+    # the midpoint's error moves phi by (|mid| + dmid) dmid relative; the exponent's
+    # low part: its rounding (2u), the dropped q_lo^2 and the first-order exp (lo2^2):
+    # y = (reach + dmid) dmid 1.01, extra = y + y^2 + 2u (|Pe| + 2 |q_hi q_lo|) + q_lo^2
+    # + lo2^2 / 4 (subnormal results: the callers' UNDERFLOW_FLOOR); formed before the
+    # quadrature, so that its inputs' memory is free again for the node sums
+    y = reach
+    y += dmid
+    y *= dmid
+    y *= 1.01
+    del dmid
+    if np.any(y > 1.0):
+        raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
+    np.multiply(q_hi, q_lo, out=tmp)
+    np.abs(tmp, out=tmp)
+    tmp *= 2.0
+    low = np.abs(Pe)
+    low += tmp
+    low *= 2.0 * u
+    del Pe
+    extra = y * y
+    np.add(y, extra, out=extra)
+    extra += low
+    del y, low
+    np.multiply(q_lo, q_lo, out=tmp)
+    extra += tmp
+    np.multiply(0.25, lo2, out=tmp)
+    tmp *= lo2
+    extra += tmp
+    del q_hi, q_lo, lo2, tmp
     # the fewest nodes whose limit holds (sizes beyond every limit were refused above):
     # the number of limits below each size, by comparisons (cheaper than searchsorted)
     rule = (size > _GL_LIMITS[0]).view(np.int8).astype(np.intp)
     for limit in _GL_LIMITS[1:-1].tolist():
         rule += size > limit
-    used = np.flatnonzero(np.bincount(rule, minlength=len(_GL_LIMITS)))
-    for k in used.tolist():
-        _, _, nodes, weights = _GL_RULES[k]
-        if len(used) == 1:
-            g[:] = _node_sum(a, b, nodes, weights)
-        else:
+    del size
+    # sizes change slowly along a leaf's intervals, so each rule serves a few runs of
+    # consecutive ones: those are sliced (no gathering); many runs, by index sets
+    edges = np.flatnonzero(rule[1:] != rule[:-1]) + 1
+    g = np.empty(len(l))
+    if len(l) and len(edges) < _NODE_RUNS_UP_TO:
+        ends = edges.tolist() + [len(l)]
+        starts = [0] + ends[:-1]
+        for i, j, k in zip(starts, ends, rule[starts].tolist()):
+            _, _, nodes, weights = _GL_RULES[k]
+            g[i:j] = _node_sum(a[i:j], b[i:j], nodes, weights)
+    else:
+        used = np.flatnonzero(np.bincount(rule, minlength=len(_GL_LIMITS)))
+        for k in used.tolist():
+            _, _, nodes, weights = _GL_RULES[k]
             pick = np.flatnonzero(rule == k)
             g[pick] = _node_sum(a[pick], b[pick], nodes, weights)
-    m = np.maximum(half * _INV_SQRT_2PI * phi * g, 0.0)
-    # the midpoint's error moves phi by (|mid| + dmid) dmid relative; the exponent's
-    # low part: its rounding (2u), the dropped q_lo^2 and the first-order exp (lo2^2)
-    y = (reach + dmid) * dmid * 1.01
-    extra = (y + y * y + 2.0 * u * (np.abs(Pe) + 2.0 * np.abs(q_hi * q_lo)) + q_lo * q_lo
-             + 0.25 * lo2 * lo2)   # (subnormal results: the callers' UNDERFLOW_FLOOR)
-    if np.any(y > 1.0):
-        raise RuntimeError("internal error: a narrow interval's midpoint error is not small")
-    rel = _NARROW_RELATIVE + _GL_TRUNCATION + extra
-    return m, rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
+    del a, b, rule
+    m = half * _INV_SQRT_2PI
+    m *= phi
+    m *= g
+    np.maximum(m, 0.0, out=m)
+    del half, phi, g
+    # the bound: (_NARROW_RELATIVE + _GL_TRUNCATION + extra) m (1 + 1e-9) + UNDERFLOW_FLOOR
+    rel = extra
+    rel += _NARROW_RELATIVE + _GL_TRUNCATION
+    rel *= m
+    rel *= 1 + 1e-9
+    rel += UNDERFLOW_FLOOR
+    return m, rel
+
+
+#: runs of one rule up to which ``_narrow_masses`` slices them (beyond: index sets)
+_NODE_RUNS_UP_TO = 32
 
 
 def _node_sum(a, b, nodes, weights):
-    """sum_j w_j exp(-a v_j - b v_j^2): one contiguous pass per node."""
-    acc = np.zeros(len(a))
-    for v, w in zip(nodes.tolist(), weights.tolist()):
-        acc += w * np.exp(-(a * v + b * (v * v)))
+    """sum_j w_j exp(-a v_j - b v_j^2): one contiguous pass per node, in place.  The
+    exponent is formed as a (-v_j) + b (-v_j^2), which is -(a v_j + b v_j^2) bit for bit
+    (rounding to nearest is symmetric; exp(-0) = exp(+0)); the first term is stored, not
+    added to 0 (the same value: no term is -0)."""
+    acc = np.empty(len(a))
+    term = np.empty(len(a))
+    quad = np.empty(len(a))
+    for j, (v, w) in enumerate(zip(nodes.tolist(), weights.tolist())):
+        np.multiply(a, -v, out=term)
+        np.multiply(b, -(v * v), out=quad)
+        term += quad
+        np.exp(term, out=term)
+        if j == 0:
+            np.multiply(term, w, out=acc)
+        else:
+            term *= w
+            acc += term
     return acc
 
 
@@ -716,6 +804,18 @@ def _narrow_in_blocks(l, h, mean: float, scale: float):
     return mass, err
 
 
+def _one_run(mask):
+    """The slice of ``mask``'s True entries where they are consecutive (at least one),
+    else None."""
+    first = int(mask.argmax())
+    if not mask[first]:
+        return None
+    last = len(mask) - int(mask[::-1].argmax())
+    if last - first != int(np.count_nonzero(mask)):
+        return None
+    return slice(first, last)
+
+
 def normal_x_interval_masses(x, means, scale: float):
     """``normal_x_interval_mass`` for several means on the same end points at once:
     arrays (len(means), len(x) - 1) of masses and error bounds.  Every entry goes
@@ -731,8 +831,10 @@ def normal_x_interval_masses(x, means, scale: float):
         wide_rows = []
         for k, mean in enumerate(means):
             zl, zh, valid, narrow = _standardised(lo, hi, mean, scale)
-            if narrow.all():
-                mass[k], err[k] = _narrow_in_blocks(lo, hi, mean, scale)
+            run = _one_run(narrow)
+            if run is not None:
+                # (a leaf's narrow intervals are consecutive: sliced, not gathered)
+                mass[k, run], err[k, run] = _narrow_in_blocks(lo[run], hi[run], mean, scale)
             elif narrow.any():
                 mass[k, narrow], err[k, narrow] = _narrow_in_blocks(lo[narrow], hi[narrow],
                                                                     mean, scale)
