@@ -288,3 +288,93 @@ def test_coarse_rows_need_no_flush(rng):
     tiny = np.full((1, 1, 4), 1.0)
     tiny[0, 0, 1] = 1e-290
     assert not _coarse(tiny)
+
+
+def _plain_narrow_masses(l, h, mean, scale):
+    """``_narrow_masses`` as its formulas read (the form before it was rewritten in
+    place): the reference for the in-place version's bits."""
+    from pb_accountant._fp import two_prod, two_square, two_sum
+    from pb_accountant.mechanisms import (_GL_LIMITS, _GL_RULES, _GL_TRUNCATION,
+                                          _INV_SQRT_2PI, _NARROW_RELATIVE, UNDERFLOW_FLOOR)
+    u = 2.0 ** -53
+    s_hi, s_lo = two_sum(l, h)
+    d_hi, d_lo = two_sum(0.5 * s_hi, -np.asarray(mean, dtype=float))
+    d_lo = d_lo + 0.5 * s_lo
+    q_hi = d_hi / scale
+    p, e = two_prod(q_hi, float(scale))
+    q_lo = (((d_hi - p) - e) + d_lo) / scale
+    dmid = 4.0 * u * (np.abs(d_lo) / scale + np.abs(q_lo)) + 1e-300
+    half = 0.5 * (h - l) / scale
+    reach = np.abs(q_hi) + np.abs(q_lo) + half
+    P, Pe = two_square(q_hi)
+    lo2 = Pe + 2.0 * q_hi * q_lo
+    with np.errstate(under="ignore"):
+        phi = np.exp(-0.5 * P) * (1.0 - 0.5 * lo2)
+    a = (q_hi + q_lo) * half
+    b = 0.5 * half * half
+    size = half * reach * (1.0 + 1e-6)
+    rule = np.searchsorted(_GL_LIMITS[:-1], size, side="left")
+    g = np.zeros(len(l))
+    for k in np.unique(rule).tolist():
+        _, _, nodes, weights = _GL_RULES[k]
+        pick = rule == k
+        acc = np.zeros(int(pick.sum()))
+        for v, w in zip(nodes.tolist(), weights.tolist()):
+            acc += w * np.exp(-(a[pick] * v + b[pick] * (v * v)))
+        g[pick] = acc
+    m = np.maximum(half * _INV_SQRT_2PI * phi * g, 0.0)
+    y = (reach + dmid) * dmid * 1.01
+    extra = (y + y * y + 2.0 * u * (np.abs(Pe) + 2.0 * np.abs(q_hi * q_lo)) + q_lo * q_lo
+             + 0.25 * lo2 * lo2)
+    rel = _NARROW_RELATIVE + _GL_TRUNCATION + extra
+    return m, rel * m * (1 + 1e-9) + UNDERFLOW_FLOOR
+
+
+@pytest.mark.parametrize("runs", ["one", "few", "many"])
+def test_narrow_masses_in_place_are_their_formulas(rng, runs):
+    """The in-place ``_narrow_masses`` (temporaries reused, each quadrature rule's runs of
+    consecutive intervals sliced, or gathered beyond _NODE_RUNS_UP_TO runs) gives the
+    bits of its formulas written out, at means scalar and per entry."""
+    from pb_accountant.mechanisms import _narrow_masses
+    n = 3000
+    centre = np.clip(rng.normal(0.0, 2.0, n), -4.0, 4.0)
+    if runs == "one":
+        width = np.full(n, 1e-5)                           # one rule throughout
+    elif runs == "few":
+        centre = np.sort(centre)                            # as a leaf's: few runs
+        width = np.full(n, 0.01)
+    else:
+        width = rng.choice([1e-4, 0.01, 0.05], n)          # many runs: index sets
+    l, h = centre - width / 2, centre + width / 2
+    for mean in (0.0, 1.0, rng.normal(0.0, 1.0, n)):
+        for scale in (1.0, 0.7):
+            m1, e1 = _narrow_masses(l, h, mean, scale)
+            m2, e2 = _plain_narrow_masses(l, h, mean, scale)
+            assert same_bits(m1, m2) and same_bits(e1, e2)
+            assert m1.sum() > 0.0
+
+
+def test_relative_part_in_place_is_its_formula(rng):
+    """``_relative_part`` (ratio by one division, the row as the bins' weights, the rest in
+    place) gives the bits of the plain formulas, rows with zeros and negatives too."""
+    from pb_accountant.buckets import _CANDIDATES, LEAF_TAIL_SCALE, _relative_part
+    for trial in range(40):
+        row = rng.random(500) ** rng.uniform(1, 30)
+        err = row * 10.0 ** rng.uniform(-17, -8, 500)
+        row[rng.random(500) < 0.1] = 0.0
+        if trial % 2:
+            row[rng.random(500) < 0.05] = -1e-20
+        for cap in (1e-9, 1e-12):
+            cands = _CANDIDATES[_CANDIDATES <= cap]
+            live = row > 0
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                ratio = np.where(live, err / np.where(live, row, 1.0), np.inf)
+            idx = np.searchsorted(cands, ratio, side="left")
+            k = len(cands) + 1
+            sum_err = np.cumsum(np.bincount(idx, weights=err, minlength=k)[::-1])[::-1]
+            sum_row = np.cumsum(np.bincount(idx, weights=np.where(live, row, 0.0),
+                                            minlength=k)[::-1])[::-1]
+            estimate = np.maximum(sum_err[1:] - cands * sum_row[1:], 0.0)
+            r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
+            rest = float(np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()) * (1.0 + 1e-9)
+            assert _relative_part(err, row, cap) == (r, rest)
