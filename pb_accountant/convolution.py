@@ -100,11 +100,20 @@ def _scaled(rows):
     return np.ldexp(rows, -e[:, None]), e, live
 
 
-def _row_norms(v):
-    """(l1, l2) norm of every row (last axis) of an array, flattened over the others
-    (each row is reduced alone, so the layout around it does not change the numbers)."""
-    return (np.abs(v).sum(axis=-1).reshape(-1),
-            np.sqrt(np.einsum("...i,...i->...", v, v)).reshape(-1))
+def _row_norms(v, mag=None):
+    """(l1, l2) norm of every row (last axis) of an array, flattened over the others;
+    ``mag``: |v|, where the caller has it.  Each row's l1 sum is reduced alone, so the
+    layout around it does not change it; einsum's buffered loop may split a row longer
+    than its buffer (8192) by the whole array's shape, so the l2 norms are taken on the
+    shapes they always were."""
+    if mag is None:
+        mag = np.abs(v)
+    return mag.sum(axis=-1).reshape(-1), _row_l2(v)
+
+
+def _row_l2(v):
+    """The l2 half of ``_row_norms``."""
+    return np.sqrt(np.einsum("...i,...i->...", v, v)).reshape(-1)
 
 
 def _round_into(v, step, part, rest=None, flush: bool = True):
@@ -128,13 +137,14 @@ def _round_into(v, step, part, rest=None, flush: bool = True):
 _COARSE = 2.0 ** -860
 
 
-def _coarse(rows) -> bool:
+def _coarse(rows, magnitude: bool = False) -> bool:
     """True when every non-zero |entry| is at least _COARSE: each is then a multiple of
     2^-912 (53 bits below its exponent), the split's grids are powers of two far above
-    that (at least s0 step^6 >= 2^-264), so every part and every rest is a multiple of
-    2^-912 too, and a non-zero rest is never below _TINY (about 2^-930): ``_round_into``
-    need not look for one."""
-    a = np.abs(rows)
+    that (at least s0 step^(_MAX_PARTS - 2) >= 2^-24 2^-400 = 2^-424), so every part and
+    every rest is a multiple of 2^-912 too, and a non-zero rest is never below _TINY
+    (about 2^-930): ``_round_into`` need not look for one (``magnitude``: ``rows`` holds
+    the |entries| already)."""
+    a = rows if magnitude else np.abs(rows)
     return bool(np.min(a, where=a > 0.0, initial=np.inf) >= _COARSE)
 
 
@@ -171,7 +181,8 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     else:
         ex, ey = eb[:rows], eb[rows:]
         live = live_b[:rows] & live_b[rows:]
-    l1b, l2b = _row_norms(bs)
+    mag = np.abs(bs)        # (for the l1 norms, and ``_coarse`` if the rows are split)
+    l1b, l2b = _row_norms(bs, mag)
     eb_bits = _exact_bits(n_fft, l1b, l2b)
     bits = eb_bits if same else np.minimum(eb_bits[:rows], eb_bits[rows:])
     s0 = np.ldexp(1.0, -bits.astype(int))[:, None]
@@ -181,6 +192,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     split2 = np.empty((groups, 2, rows, m))
     hb = split2[:, 0]
     rb = _round_into(bs.reshape(groups, rows, m), s0[None], hb, split2[:, 1])
+    del bs
     l1h, l2h = _row_norms(hb)
     l1r, l2r = _row_norms(rb)
     if same:
@@ -213,13 +225,21 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         k = 3
         while k < _MAX_PARTS and (two_way * scale * step ** (k - 2) > tolerance).any():
             k += 1
+        flush = not _coarse(mag, magnitude=True)
+        del mag
         parts, k, grids, bounds, rest = _split_plan(hb, rb, s0v, b, k, n_fft, same, scale,
-                                                    tolerance, not _coarse(bs))
+                                                    tolerance, flush, l1h)
+        # (dead arrays are dropped at once: a smaller peak of memory, fewer page faults)
+        del split2, hb, rb
         spectra = _rfft(parts.reshape((-1,) + parts.shape[2:]), n_fft)   # (zero-padded)
+        del parts
         products = _level_products(spectra, k, same)
+        del spectra
     else:
         # order of the transform's input: hx, rx (, hy, ry)
+        del mag
         spectra = _rfft(split2.reshape((-1,) + split2.shape[2:]), n_fft)
+        del split2, hb, rb
         products = np.empty((2,) + spectra.shape[1:], dtype=spectra.dtype)
         if same:
             fh, fr = spectra
@@ -227,18 +247,29 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
             np.multiply(fh, 2.0, out=products[1])
             products[1] += fr
             products[1] *= fr
+            del fh, fr
         else:
             fhx, frx, fhy, fry = spectra
             np.multiply(fhx, fhy, out=products[0])
             np.add(fhy, fry, out=products[1])
             products[1] *= frx
-            products[1] += fhx * fry
+            products[1] += np.multiply(fhx, fry, out=fhx)    # (fhx is read last here)
+            del fhx, frx, fhy, fry
+        del spectra
         grids = [(s0 * s0)[:, 0]]
         bounds = [_pair_bound(n_fft, n_hx, n_hy)]
         rest = two_way / math.sqrt(n_fft)
     results = _irfft(products, n_fft)
+    del products
     width = 2 * m - 1
     z = results[-1, :, :width].copy()
+    # the rest carries the FFT's absolute round-off; adding the exact parts to it
+    # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
+    # magnitude per addition, which is absolute (its l1 norm: |rest| is written over
+    # the rest, which nothing else reads)
+    rest_abs = results[-1, :, :width]
+    rest_l1 = np.abs(rest_abs, out=rest_abs).sum(axis=1)
+    del rest_abs
     l2_err = np.asarray(rest, dtype=float).copy()
     fine_l1 = np.zeros(rows)
     exact = [bound < 0.25 * grid for grid, bound in zip(grids, bounds)]
@@ -258,10 +289,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
                 # the partial sum, is charged as absolute (the fine parts hold little
                 # mass), so the relative allowance stays that of the last four additions
                 fine_l1 += np.abs(z).sum(axis=1)
-    # the rest carries the FFT's absolute round-off; adding the exact parts to it
-    # rounds relative to each entry (CONVOLUTION_RELATIVE_ERROR) plus twice the rest's
-    # magnitude per addition, which is absolute
-    rest_l1 = np.abs(results[-1, :, :width]).sum(axis=1)
+    del results
     z[z < _TINY] = 0.0          # negatives and would-be subnormals (slow arithmetic)
     fft_l1 = math.sqrt(n_fft) * l2_err
     fine = fine_l1 * (UNIT_ROUNDOFF * (1.0 + 1e-6))
@@ -323,20 +351,26 @@ def _level_products(spectra, k: int, same: bool):
     blocks = _column_blocks(spectra.shape[-1], _PRODUCT_BLOCK)
     if len(blocks) == 1:
         return _block_products(spectra, k, same)
+    # every block written in place, through one scratch product
     products = np.empty((k,) + spectra.shape[1:], dtype=spectra.dtype)
+    pair = np.empty(spectra.shape[1:-1] + (_PRODUCT_BLOCK,), dtype=spectra.dtype)
     for block in blocks:
-        products[..., block] = _block_products(spectra[..., block], k, same)
+        _block_products(spectra[..., block], k, same, products[..., block],
+                        pair[..., :block.stop - block.start])
     return products
 
 
-def _block_products(spectra, k: int, same: bool):
-    """``_level_products`` of one block of bins."""
+def _block_products(spectra, k: int, same: bool, products=None, pair=None):
+    """``_level_products`` of one block of bins (written into ``products``, if given,
+    with ``pair`` a scratch array of a product's shape)."""
     fx = spectra[:k]
     fy = fx if same else spectra[k:]
     levels = k - 1
-    products = np.empty((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
+    if products is None:
+        products = np.empty((levels + 1,) + spectra.shape[1:], dtype=spectra.dtype)
     started = [False] * (levels + 1)
-    pair = np.empty(spectra.shape[1:], dtype=spectra.dtype)
+    if pair is None:
+        pair = np.empty(spectra.shape[1:], dtype=spectra.dtype)
     for i in range(k):
         for j in range(k):
             if same and j < i:
@@ -368,28 +402,39 @@ _MAX_PARTS = 12
 _PART_BLOCK = 4096
 
 
-def _parts(hi, rest, s0, step, k, flush: bool = True):
+def _parts(hi, rest, s0, step, k, flush: bool = True, fewer=None):
     """hi + k - 2 parts on the grids s0 step^j (j = 1..k-2) + the remainder (exact).
 
     ``hi``, ``rest``: (groups, rows, m), the two-way split of the rows of each operand;
-    ``s0``, ``step``: per row; ``flush``: see ``_round_into``.  Returns the parts as
-    (groups, k, rows, m)."""
+    ``s0``, ``step``: per row; ``flush``: see ``_round_into``; ``fewer``: the parts of
+    the same split (s0, step) into fewer than k parts, whose leading parts are these
+    (only its remainder is split further).  Returns the parts as (groups, k, rows,
+    m)."""
     groups, rows, m = hi.shape
     parts = np.empty((groups, k, rows, m))
-    parts[:, 0] = hi
     if k == 2:
+        parts[:, 0] = hi
         parts[:, 1] = rest
+        return parts
+    first = 1
+    if fewer is None:
+        parts[:, 0] = hi
+    else:
+        first = fewer.shape[1] - 1
+        parts[:, :first] = fewer[:, :first]
+        rest = fewer[:, first]
     grids = []
     grid = s0
     for j in range(1, k - 1):
         grid = grid * step
         grids.append(grid[None, :, None])
-    # in blocks of columns, whose parts stay in cache (every entry is split alone)
+    # in blocks of columns, whose parts stay in cache (every entry is split alone); each
+    # rest is written over the one before, in the remainder's place
     for cols in _column_blocks(m, _PART_BLOCK):
         left = rest[..., cols]
-        for j in range(1, k - 1):
-            left = _round_into(left, grids[j - 1], parts[:, j, :, cols],
-                               parts[:, k - 1, :, cols] if j == k - 2 else None, flush)
+        last = parts[:, k - 1, :, cols]
+        for j in range(first, k - 1):
+            left = _round_into(left, grids[j - 1], parts[:, j, :, cols], last, flush)
     return parts
 
 
@@ -418,6 +463,19 @@ def _level_terms(k: int, same: bool):
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=64)
+def _level_index(k: int, same: bool):
+    """``_level_terms`` of all levels in one: the flat index i * k + j and weights of
+    every term, level after level, and the end of each level's run of terms."""
+    groups = _level_terms(k, same)
+    flat = np.concatenate([ii * k + jj for ii, jj, _ in groups])
+    w = np.concatenate([w for _, _, w in groups])
+    ends = tuple(int(e) for e in np.cumsum([len(ii) for ii, _, _ in groups]))
+    for a in (flat, w):
+        a.setflags(write=False)                # shared through the cache
+    return flat, w, ends
+
+
 def _level_bounds(n_fft, l1x, l2x, l1y, l2y, k, same):
     """Certified l2 bounds of the FFT error of each exact level 0..k-2 (times 1.5 for
     the sum of its products) and of the rest (times 2), from the parts' norms (arrays
@@ -428,11 +486,18 @@ def _level_bounds(n_fft, l1x, l2x, l1y, l2y, k, same):
     c = _SAFETY * (3.0 * fft_relative_error(n_fft) + 5.0 * UNIT_ROUNDOFF)
     pair = c * (l1x[:, None, :] * l2y[None, :, :] + l1y[None, :, :] * l2x[:, None, :]) \
         * (1 + 1e-6)
-    sums = []
-    for ii, jj, w in _level_terms(k, same):
-        terms = pair[ii, jj] * w
-        sums.append(np.cumsum(terms, axis=0)[-1])
-    return [bd * 1.5 for bd in sums[:-1]], sums[-1] * 2.0
+    # every level's terms gathered at once (the products pair[i, j] * w, level after
+    # level), each level's run then summed alone
+    flat, w, ends = _level_index(k, same)
+    terms = pair.reshape(k * k, -1)[flat] * w
+    sums = np.empty((len(ends), terms.shape[1]))
+    start = 0
+    for level, end in enumerate(ends):
+        # (a single term is its own running sum)
+        sums[level] = (terms[start] if end - start == 1
+                       else np.cumsum(terms[start:end], axis=0)[-1])
+        start = end
+    return list(sums[:-1] * 1.5), sums[-1] * 2.0
 
 
 #: most (b, k) choices ``_split_plan`` tries per convolution (each costs k roundings of
@@ -440,12 +505,13 @@ def _level_bounds(n_fft, l1x, l2x, l1y, l2y, k, same):
 _PLAN_TRIES = 16
 
 
-def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance, flush: bool = True):
+def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance, flush: bool = True,
+                l1_hi=None):
     """Parts and certified level bounds for a split into k parts of b bits (per row).
 
     ``hb``, ``rb``: (groups, rows, m), the two-way split of the rows of x and (``same``
     False) of y; the parts are returned as (groups, k, rows, m) (``flush``: see
-    ``_round_into``).
+    ``_round_into``; ``l1_hi``: the l1 norms of the rows of hb, where known).
     The first guess for b comes from the two-way split's norms, but a deep level
     p_0 * p_{k-2} can hold a row's whole tail (every entry below the grid s0 step^{j-1}
     lands in part j or later), so its bound may exceed a quarter of its grid and the
@@ -458,13 +524,27 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance, flush: bool = T
     rows = len(s0)
     b = np.array(b, dtype=float)
     best = None
+    if l1_hi is None:
+        l1_hi = np.abs(hb).sum(axis=-1).reshape(-1)
+    fewer = None        # the last try's parts and l1 norms, where only k grew since
+    mag = np.empty(hb.shape)        # |part| of one part at a time
     for _ in range(_PLAN_TRIES):
         step = np.ldexp(1.0, -b.astype(int))
-        parts = _parts(hb, rb, s0, step, k, flush)
-        # norms per (part, row), the rows of x then those of y
-        l1, l2 = _row_norms(parts.transpose(1, 0, 2, 3))
-        l1 = l1.reshape(k, -1)
-        l2 = l2.reshape(k, -1)
+        # norms per (part, row), the rows of x then those of y; the l1 norms of parts
+        # already measured (hi, and those of a smaller k) are taken over, the l2 norms
+        # are taken on the whole array (``_row_norms``)
+        l1 = np.empty((k, len(l1_hi)))
+        if fewer is None:
+            parts = _parts(hb, rb, s0, step, k, flush)
+            l1[0] = l1_hi
+            known = 1
+        else:
+            parts = _parts(hb, rb, s0, step, k, flush, fewer[0])
+            known = fewer[0].shape[1] - 1
+            l1[:known] = fewer[1][:known]
+        for j in range(known, k):
+            l1[j] = np.abs(parts[:, j], out=mag).sum(axis=-1).reshape(-1)
+        l2 = _row_l2(parts.transpose(1, 0, 2, 3)).reshape(k, -1)
         if same:
             bounds, rest = _level_bounds(n_fft, l1, l2, l1, l2, k, True)
         else:
@@ -482,9 +562,11 @@ def _split_plan(hb, rb, s0, b, k, n_fft, same, scale, tolerance, flush: bool = T
         score = float(np.max(err))
         if best is None or score < best[0]:
             best = (score, (parts, k, grids, bounds, rest))
+        fewer = None
         if (inexact & (b > 1)).any():
             b = np.where(inexact, np.maximum(b - 1, 1), b)
         elif (err > tolerance).any() and k < _MAX_PARTS:
+            fewer = (parts, l1)
             k += 1
         else:
             break
