@@ -164,8 +164,10 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     split is recovered exactly); the products of the leading parts are recovered
     exactly by rounding to their grids, only the rest carries round-off.
 
-    The rows of x and y are scaled, split and measured together (one stacked array:
-    every operation is row by row, so the numbers are those of separate passes).
+    The rows of x and y are scaled, split and measured together (one stacked array: the
+    scaling and splitting are entrywise and each row's l1 norm is summed alone, so those
+    are the numbers of separate passes; a row longer than einsum's buffer (8192) may get
+    an l2 norm a few ulp from a separate pass's, far inside the bounds' 1e-6 allowance).
     """
     rows, m = x.shape
     n_fft = fft_length(m)
