@@ -378,3 +378,20 @@ def test_relative_part_in_place_is_its_formula(rng):
             r = float(cands[int(np.argmin(cands + estimate / LEAF_TAIL_SCALE))])
             rest = float(np.maximum(err - (r * (1.0 - 1e-12)) * row, 0.0).sum()) * (1.0 + 1e-9)
             assert _relative_part(err, row, cap) == (r, rest)
+
+
+def test_parts_grown_from_fewer_are_the_split_from_scratch(rng):
+    """``_split_plan`` grows k by splitting only the old remainder (``_parts``'s
+    ``fewer``): the parts are those of splitting from scratch, flush or not."""
+    for trial in range(20):
+        x = rng.random((2, 3, 1000)) ** rng.uniform(1, 40)
+        s0 = np.ldexp(1.0, -rng.integers(1, 25, 3))
+        step = np.ldexp(1.0, -rng.integers(1, 41, 3))
+        hi = np.empty_like(x)
+        rest = _round_into(x, s0[None, :, None], hi)
+        for flush in (True, False):
+            for k in (3, 4, 7, 11):
+                fewer = _parts(hi, rest, s0, step, k, flush)
+                grown = _parts(hi, rest, s0, step, k + 1, flush, fewer)
+                assert same_bits(grown, _parts(hi, rest, s0, step, k + 1, flush))
+                assert same_bits(fewer, _parts(hi, rest, s0, step, k, flush))   # untouched
