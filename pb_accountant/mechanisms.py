@@ -641,6 +641,7 @@ def _narrow_masses(l, h, mean: float, scale: float):
     u = _U
     # (the operations of the formulas in the comments, in that order, most of them in
     # place on temporaries no longer needed: the same values, fewer allocations)
+    l, h = np.asarray(l, dtype=float), np.asarray(h, dtype=float)
     # centre in z units as q_hi + q_lo: (l + h) / 2 - mean exactly, then divided
     s_hi, s_lo = two_sum(l, h)
     s_hi *= 0.5
@@ -807,6 +808,8 @@ def _narrow_in_blocks(l, h, mean: float, scale: float):
 def _one_run(mask):
     """The slice of ``mask``'s True entries where they are consecutive (at least one),
     else None."""
+    if not mask.size:
+        return None
     first = int(mask.argmax())
     if not mask[first]:
         return None

@@ -395,3 +395,17 @@ def test_parts_grown_from_fewer_are_the_split_from_scratch(rng):
                 grown = _parts(hi, rest, s0, step, k + 1, flush, fewer)
                 assert same_bits(grown, _parts(hi, rest, s0, step, k + 1, flush))
                 assert same_bits(fewer, _parts(hi, rest, s0, step, k, flush))   # untouched
+
+
+def test_interval_masses_of_no_interval():
+    """Fewer than two end points hold no interval: empty masses, not an error (the
+    consecutive-run shortcut of ``normal_x_interval_masses`` once failed on them)."""
+    for x in (np.array([]), np.array([0.0]), np.array([-np.inf])):
+        m, e = normal_x_interval_mass(x, 0.0, 1.0)
+        assert m.shape == e.shape == (0,)
+        m, e = normal_x_interval_masses(x, (0.0, 1.0), 1.3)
+        assert m.shape == e.shape == (2, 0)
+    from pb_accountant.mechanisms import _narrow_masses
+    m1, e1 = _narrow_masses(np.arange(-3, 3), np.arange(-3, 3) + 1, 0.0, 2.0)   # integers
+    m2, e2 = _narrow_masses(np.arange(-3.0, 3.0), np.arange(-3.0, 3.0) + 1, 0.0, 2.0)
+    assert same_bits(m1, m2) and same_bits(e1, e2)
