@@ -927,9 +927,10 @@ class GroupedBuckets(BucketRepresentation):
         full = {"A": a, "C": C, "B": b, "D": D}
         rows = np.vstack([full[k] for k in kinds])
         del full, C, D
-        # the rows' errors (C's and D's formed in turn: one temporary at a time)
-        errs = [(ea if k == "A" else eb if k == "B" else eb_c * et if k == "C" else ea_d / et)
-                * (1 + 1e-9) for k in kinds]
+        # the errors of the rows the directions keep (C's and D's formed only if kept)
+        error_of = {"A": lambda: ea, "B": lambda: eb, "C": lambda: eb_c * et,
+                    "D": lambda: ea_d / et}
+        errs = [error_of[k]() * (1 + 1e-9) for k in kinds]
         del eb_c, ea_d, et
         rel, error = _leaf_errors(rows, errs, [1e-300 * len(t)] * len(kinds))
         keep_a, keep_b = "ab" in directions, "ba" in directions
