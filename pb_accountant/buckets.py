@@ -1081,10 +1081,12 @@ class GroupedBuckets(BucketRepresentation):
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "GroupedBuckets":
         """Move the groups onto ``grid`` (same factor), re-labelled so that their mean
         label (weighted by the first mass row) sits at the mean loss of the first
-        direction (``mean_loss``: under A, under B; None keeps the labels); groups
-        outside the grid's labels are dropped.  Re-labelling by s multiplies C by f^s
-        and D by f^-s (B_g = C_g f^-label is unchanged): only their log-scales move, so
-        the stored rows and error bounds stay as they are at any s."""
+        direction (``mean_loss``: under A, under B; None keeps the labels).  Groups
+        outside the grid's labels are merged into the nearest kept group on the side
+        each direction's bound reads (``_folded``: A||B's high labels, B||A's low ones)
+        and dropped on the other side, where they count for little.  Re-labelling by s
+        multiplies C by f^s and D by f^-s (B_g = C_g f^-label is unchanged): only their
+        log-scales move, so the stored rows and error bounds stay as they are at any s."""
         if grid.log_factor != self.grid.log_factor:
             raise ValueError(f"restricted needs a grid of the same factor, got {grid!r}")
         d = self.grid.log_factor
@@ -1100,17 +1102,58 @@ class GroupedBuckets(BucketRepresentation):
             + self.grid.number_of_buckets                 # old position of the first new label
         lo, hi = max(start, 0), min(start + grid.size, self.grid.size)
         rows = np.zeros((len(self.rows), grid.size))
+        error = self.error
         if hi > lo:
             rows[:, lo - start: hi - start] = self.rows[:, lo:hi]
+            error = self._folded(rows, lo, hi, start)
         if not s:
-            return self._with(grid, rows, self.error)
+            return self._with(grid, rows, error)
         # the rows and their error bounds stay as they are: only the scales move
         # (C = B f^label by f^s, D by f^-s), and their rounding is relative
         shift = np.array([s * d if k == "C" else -s * d if k == "D" else 0.0
                           for k in self.kinds])
         log_scale = self.log_scale + shift
         rel = self.relative * (1.0 + 4 * _U) + _scale_rounding(log_scale, self.log_scale, shift)
-        return self._with(grid, rows, self.error, relative=rel, log_scale=log_scale)
+        return self._with(grid, rows, error, relative=rel, log_scale=log_scale)
+
+    def _folded(self, rows, lo: int, hi: int, start: int) -> np.ndarray:
+        """Merge the groups at old positions >= ``hi`` into the top kept group in the
+        A and C rows, and those below ``lo`` into the bottom one in the B and D rows
+        (``rows``: the kept groups, position i at i - ``start``, added to in place);
+        returns the error bounds with the merges' rounding.
+
+        Any grouping bounds from below (docs/method.md §6), so merging is sound, and it
+        keeps what dropping would lose: a window's tail mass (up to the infinity budget)
+        from the lower bound.  A group m positions away keeps its A- (B-) mass and its
+        C (D) entry takes the weight f^-m (C = B f^label, D = A f^-label at the merged
+        group's label).  The merged entry keeps the row's relative and absolute error
+        (weights at most 1); its rounding is added to the absolute part: the sum's n
+        additions, exp to 2u and the exponent m d's rounding, relative to the terms'
+        magnitudes, plus subnormal products.  Groups beyond m d = 700 are dropped."""
+        d = self.grid.log_factor
+        error = self.error.copy()
+        size = self.grid.size
+        for j, kind in enumerate(self.kinds):
+            if kind in ("A", "C"):
+                tail, at = self.rows[j, hi:], hi - 1 - start
+                m = np.arange(1, size - hi + 1, dtype=float)
+            else:
+                tail, at = self.rows[j, :lo], lo - start
+                m = np.arange(lo, 0, -1, dtype=float)
+            if kind in ("C", "D"):
+                near = m * d <= 700.0
+                tail, m = tail[near], m[near]
+                tail = tail * np.exp(-(m * d))
+            if not tail.size or not tail.any():
+                continue
+            total = float(tail.sum())
+            magnitude = float(np.abs(tail).sum())
+            rows[j, at] += total
+            reach = float(m.max()) * d if kind in ("C", "D") else 0.0
+            rounding = ((tail.size + 6.0 + 1.01 * reach) * _U * magnitude * 1.01
+                        + 5e-324 * tail.size)
+            error[j] = (error[j] + rounding * (1.0 + float(self.relative[j]))) * (1.0 + 1e-9)
+        return error
 
     def squared(self) -> "GroupedBuckets":
         """Merge pairs of groups (paper Def. 4); C's odd groups gain a factor f, D's lose

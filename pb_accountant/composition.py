@@ -26,7 +26,7 @@ from ._validation import check_count, check_real
 from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
                       leaf_masses,
                       grouped_directions)  # noqa: F401  (grouped_directions re-exported)
-from .convolution import convolve_rows
+from .convolution import convolve_rows, smooth_length
 from .mechanisms import MechanismPair
 from .representation import BucketRepresentation
 
@@ -126,10 +126,24 @@ def per_step_infinity_budget(delta_q: float, planned: int = MIN_STEPS_PLANNED) -
 
 
 def buckets_for(reach: float, log_factor: float, cap: int) -> int:
-    """Even n = 2^k - 2 (a full convolution then fills a 2^(k+2) transform) covering reach."""
-    need = reach / log_factor + 2.0
-    n = 2 ** int(math.ceil(math.log2(max(need, 32.0)))) - 2
-    return int(min(n, cap))
+    """Even n >= reach / log_factor (at least 30, at most ``cap``) whose full convolution,
+    4n + 1 points, fills a 5-smooth transform (``fft_length``): the largest such n
+    with the least transform that holds the reach."""
+    need = max(reach / log_factor, 30.0)
+    if not need < 2.0 ** 46:              # (beyond any cap; keeps 4n + 1 in the table)
+        return int(cap)
+    n = int(math.ceil(need))
+    n += n % 2
+    n = (smooth_length(4 * n + 1) - 1) // 4
+    return int(min(n - n % 2, cap))
+
+
+def fills_half(n: int, buckets: int) -> bool:
+    """Whether a grid of ``n`` buckets (``buckets_for``) reaches more than half of
+    ``buckets``: for ``buckets`` = 2^k - 2 that is what ``n >= buckets`` meant while n was
+    rounded up to 2^k - 2 (power-of-two transforms), and a grid the cap ``buckets`` made
+    coarser (its step doubled until the reach fits) always does."""
+    return n > buckets // 2
 
 
 def _leaf_reach(pair: MechanismPair, budget: float, cap: float):
@@ -177,6 +191,7 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
     step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
     step = min(step, 2.0 ** math.ceil(math.log2(reach / 30.0)))
     # the grid follows the loss interval [lo, hi] (an offset centres it)
+    clipped = lo < -cap or hi > cap
     lo, hi = max(lo, -cap), min(hi, cap)
     half = max((hi - lo) / 2.0, 1e-9)
     if options.halve_long_tails and half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
@@ -185,9 +200,13 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
         step *= 2.0
     offset = int(round((lo + hi) / 2.0 / step))
     n = buckets_for(half + step, step, options.max_buckets)
-    # the leaf forms e^t: keep every grid point inside MAX_LOSS_RANGE (n need not be
-    # of the form 2^k - 2, that only saves transform length)
+    # the leaf forms e^t: keep every grid point inside MAX_LOSS_RANGE (n need not fill
+    # its transform, that only saves transform length)
     n_max = int((MAX_LOSS_RANGE / step - abs(offset))) // 2 * 2
+    if clipped and cap >= LEAF_LOSS_RANGE:
+        # losses beyond the cap go to the infinity atoms, and at per-step epsilons of
+        # hundreds that mass decides the answer: reach as far as e^t allows
+        n = max(n, min(n_max, options.max_buckets))
     return Grid(step, max(min(n, n_max), 2), offset)
 
 
@@ -323,7 +342,7 @@ class BucketSet:
             yield rep.rows
 
     def cropped(self) -> "BucketSet":
-        """The same buckets on the smallest grid of the usual shape (n = 2^k - 2) that
+        """The same buckets on the smallest grid of the usual shape (``buckets_for``) that
         holds every non-zero entry of every row: exact, nothing moves."""
         n = self.grid.number_of_buckets
         first, last = None, None
@@ -336,9 +355,7 @@ class BucketSet:
             return self
         centre = int((first + last) // 2)                  # position of the new centre
         half = max(centre - first, last - centre)
-        m = 30
-        while m < half:
-            m = 2 * m + 2
+        m = buckets_for(float(half), 1.0, n)
         if m >= n:
             return self
         lo, hi = centre - m, centre + m

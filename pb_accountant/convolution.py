@@ -11,7 +11,10 @@ exactly.  Only the small hi*lo + lo*hi + lo*lo part carries round-off.
 Error model (docs/floating-point.md): for a radix-2 FFT of length N, Higham (Accuracy
 and Stability of Numerical Algorithms, 2nd ed., Thm 24.2) gives
 ||fl(Fx) - Fx||_2 <= rho ||Fx||_2, rho = L eta / (1 - L eta), L = log2 N,
-eta = mu + gamma_4 (sqrt 2 + mu).  Propagated through the transforms and the product,
+eta = mu + gamma_4 (sqrt 2 + mu).  Transform lengths are 5-smooth (N = 2^a 3^b 5^c,
+``fft_length``: a power of two wastes up to half the transform on padding); a radix-3
+pass is charged as two radix-2 stages and a radix-5 pass as three (L = a + 2b + 3c,
+``fft_stages``, at least log2 N).  Propagated through the transforms and the product,
 
     ||fl(x * y) - x * y||_2 <= (3 rho + 5 u) (||x||_1 ||y||_2 + ||y||_1 ||x||_2)
 
@@ -47,19 +50,62 @@ _RELATIVE_LEVELS = 4
 _TINY = 1e-280
 
 
+def _smooth_lengths(limit: int) -> np.ndarray:
+    """The 5-smooth numbers 2^a 3^b 5^c up to ``limit``, sorted."""
+    out = []
+    p5 = 1
+    while p5 <= limit:
+        p35 = p5
+        while p35 <= limit:
+            m = p35
+            while m <= limit:
+                out.append(m)
+                m *= 2
+            p35 *= 3
+        p5 *= 5
+    return np.array(sorted(out), dtype=np.int64)
+
+
+#: the transform lengths (5-smooth, the lengths pocketfft's real transforms take in
+#: radix-2, 3, 4 and 5 passes), up to 2^50
+_SMOOTH = _smooth_lengths(1 << 50)
+
+
+def smooth_length(n: int) -> int:
+    """The least 5-smooth integer at least ``n`` (n at most 2^50)."""
+    if not 0 <= n <= _SMOOTH[-1]:
+        raise ValueError(f"transform length must be in [0, 2^50], got {n!r}")
+    return int(_SMOOTH[int(np.searchsorted(_SMOOTH, max(int(n), 1)))])
+
+
 def fft_length(length: int) -> int:
-    """Power-of-two transform length holding a full linear convolution of two vectors."""
-    return 1 << int(math.ceil(math.log2(max(2 * length - 1, 2))))
+    """The transform length of a full linear convolution of two vectors of ``length``
+    entries: the least 5-smooth integer at least 2 length - 1."""
+    return smooth_length(max(2 * length - 1, 2))
 
 
-@functools.lru_cache(maxsize=64)
+def fft_stages(n_fft: int) -> int:
+    """L = a + 2b + 3c for N = 2^a 3^b 5^c: the radix-2 stages the error model charges
+    a length-N transform (a radix-3 pass as two stages, a radix-5 pass as three; at
+    least log2 N, the radix-2 count)."""
+    n, stages = int(n_fft), 0
+    for p, cost in ((2, 1), (3, 2), (5, 3)):
+        while n % p == 0:
+            n //= p
+            stages += cost
+    if n != 1 or n_fft < 1:
+        raise RuntimeError(f"internal error: transform length {n_fft} is not 5-smooth")
+    return stages
+
+
+@functools.lru_cache(maxsize=256)
 def fft_relative_error(n_fft: int) -> float:
-    """rho(N) of Higham Thm 24.2 for a length-N radix-2 FFT."""
+    """rho(N) of Higham Thm 24.2 with L = ``fft_stages(N)`` stages."""
     u = UNIT_ROUNDOFF
     mu = 4.0 * u
     gamma4 = 4.0 * u / (1.0 - 4.0 * u)
     eta = mu + gamma4 * (math.sqrt(2.0) + mu)
-    le = math.log2(n_fft) * eta
+    le = fft_stages(n_fft) * eta
     return le / (1.0 - le)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._validation import check_delta, check_epsilons
 from .composition import (DEFAULT_DELTA_CLASS, LEAF_BUCKETS_AT_FULL_RESOLUTION, BucketOptions,
-                          BucketSet, Composer, canonical_history, delta_class,
+                          BucketSet, Composer, canonical_history, delta_class, fills_half,
                           grouped_directions)
 from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
@@ -298,19 +298,20 @@ def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
 def _first_level(composer: Composer, history, delta: Optional[float]) -> int:
     """The level a query's first pass runs at, where the grids may be coarsened:
     SHORT_HISTORY_LEVEL where a leaf grid of the (canonical) ``history`` has at least
-    LEAF_BUCKETS_AT_FULL_RESOLUTION buckets and the history is too short for its
-    composition to coarsen the leaf spacing (``Composer.final_grid_coarsens``: the
-    default grids then resolve the answer far beyond the target), COARSE_LEVEL where a
-    leaf grid has at least COARSE_FIRST_LEAF_BUCKETS buckets, else 0.  Delta queries,
-    which do not refine, start no coarser than COARSE_LEVEL (``adaptive_delta_bounds``)."""
+    LEAF_BUCKETS_AT_FULL_RESOLUTION buckets (``fills_half``, here and below) and the
+    history is too short for its composition to coarsen the leaf spacing
+    (``Composer.final_grid_coarsens``: the default grids then resolve the answer far
+    beyond the target), COARSE_LEVEL where a leaf grid has at least
+    COARSE_FIRST_LEAF_BUCKETS buckets, else 0.  Delta queries, which do not refine, start
+    no coarser than COARSE_LEVEL (``adaptive_delta_bounds``)."""
     if not history or composer.refined(COARSE_LEVEL) is None:
         return 0
     largest = composer.largest_leaf(history, delta)
-    if largest < LEAF_BUCKETS_AT_FULL_RESOLUTION:
+    if not fills_half(largest, LEAF_BUCKETS_AT_FULL_RESOLUTION):
         return 0
     if not composer.final_grid_coarsens(history, delta):
         return SHORT_HISTORY_LEVEL
-    return COARSE_LEVEL if largest >= COARSE_FIRST_LEAF_BUCKETS else 0
+    return COARSE_LEVEL if fills_half(largest, COARSE_FIRST_LEAF_BUCKETS) else 0
 
 
 def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
@@ -461,14 +462,14 @@ def upper_only(bounds: EpsilonBounds) -> EpsilonBounds:
 
 def _refines_no_leaf(current: Composer, finer: Composer, history, delta: float) -> bool:
     """True where every leaf grid of ``history`` is already at the bucket cap
-    (``max_buckets``) on ``current``'s grids and the same on ``finer``'s: refining would
-    change the final grid alone, while such a history's width comes from its leaves'
-    rounding (a capped leaf is coarser, relative to its spread, than its
+    (``max_buckets``; ``fills_half``) on ``current``'s grids and the same on ``finer``'s:
+    refining would change the final grid alone, while such a history's width comes from
+    its leaves' rounding (a capped leaf is coarser, relative to its spread, than its
     ``leaf_resolution``).  The finer levels share one cap (twice the default's,
     ``Composer.refined``), so a leaf at that cap on level 1 stays as coarse on level 2."""
     now = current.leaf_grids(history, delta)
     cap = current.options.max_buckets
-    return (bool(now) and all(g.number_of_buckets >= cap for g in now)
+    return (bool(now) and all(fills_half(g.number_of_buckets, cap) for g in now)
             and now == finer.leaf_grids(history, delta))
 
 

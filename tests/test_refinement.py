@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pb_accountant import PrivacyBucketsAccountant, SubsampledGaussian
-from pb_accountant.composition import BucketOptions, Composer
+from pb_accountant.composition import BucketOptions, Composer, fills_half
 from pb_accountant.engine import (MAX_REFINEMENT, TARGET_WIDTH, adaptive_epsilon_bounds,
                                   refinement_level)
 from pb_accountant.results import EpsilonBounds
@@ -105,7 +105,7 @@ def test_large_leaves_start_coarse_and_stay_within_the_target():
     from pb_accountant.engine import (COARSE_FIRST_LEAF_BUCKETS, COARSE_LEVEL,
                                       _two_sided_bounds)
     c = Composer()
-    assert c.largest_leaf(HEAVY_TAIL, HEAVY_DELTA) >= COARSE_FIRST_LEAF_BUCKETS
+    assert fills_half(c.largest_leaf(HEAVY_TAIL, HEAVY_DELTA), COARSE_FIRST_LEAF_BUCKETS)
     assert c.largest_leaf([], HEAVY_DELTA) == 0
     fine = _two_sided_bounds(c, HEAVY_TAIL, HEAVY_DELTA, False)
     best = adaptive_epsilon_bounds(c, HEAVY_TAIL, HEAVY_DELTA)
@@ -124,7 +124,7 @@ def test_a_coarse_start_that_misses_the_target_is_refined():
     pairs = [(SubsampledGaussian(0.7733, 0.000232), 337)]
     delta = 5.45e-05
     c = Composer()
-    assert c.largest_leaf(pairs, delta) >= COARSE_FIRST_LEAF_BUCKETS
+    assert fills_half(c.largest_leaf(pairs, delta), COARSE_FIRST_LEAF_BUCKETS)
     coarse = _two_sided_bounds(c.refined(COARSE_LEVEL), pairs, delta, False)
     assert _width(coarse) > TARGET_WIDTH
     best = adaptive_epsilon_bounds(c, pairs, delta)
@@ -343,7 +343,7 @@ def test_a_finer_level_has_a_bucket_cap_to_match():
     history = canonical_history(CAPPED)
     level1 = c.refined(1).leaf_grids(history, CAPPED_DELTA)
     level2 = c.refined(2).leaf_grids(history, CAPPED_DELTA)
-    assert max(g.number_of_buckets for g in level1) >= cap      # at the default cap
+    assert fills_half(max(g.number_of_buckets for g in level1), cap)   # at the default cap
     for g1, g2 in zip(level1, level2):
         assert g2.log_factor == g1.log_factor / 2
         assert g2.number_of_buckets * g2.log_factor >= g1.number_of_buckets * g1.log_factor
@@ -362,7 +362,8 @@ def test_no_refinement_where_no_leaf_grid_gets_finer():
     c = Composer()
     history = canonical_history(AT_CAP)
     cap = c.refined(1).options.max_buckets
-    assert all(g.number_of_buckets == cap for g in c.refined(1).leaf_grids(history, AT_CAP_DELTA))
+    assert all(fills_half(g.number_of_buckets, cap)
+               for g in c.refined(1).leaf_grids(history, AT_CAP_DELTA))
     assert _refines_no_leaf(c.refined(1), c.refined(2), history, AT_CAP_DELTA)
     # level 0's leaf is below its cap: refining it is worth it; so is #77's on level 1
     assert not _refines_no_leaf(c, c.refined(1), history, AT_CAP_DELTA)
@@ -479,7 +480,8 @@ def test_a_real_capped_run_notes_its_width():
     assert _note(typical.get_epsilon_bounds(1e-5)) is None
 
 
-# few steps on a long-tailed leaf (16,382 buckets, below COARSE_FIRST_LEAF_BUCKETS): the
+# few steps on a long-tailed leaf (more than half of LEAF_BUCKETS_AT_FULL_RESOLUTION,
+# not of COARSE_FIRST_LEAF_BUCKETS, `fills_half`): the
 # composition never coarsens the leaf spacing, so the default grids resolve epsilon some
 # 30 times finer than the target (random-suite seed 31, #188)
 SHORT = [(SubsampledGaussian(0.810047, 0.00265325), 39)]
@@ -491,8 +493,8 @@ def test_short_histories_on_long_tailed_leaves_start_coarse():
     from pb_accountant.composition import LEAF_BUCKETS_AT_FULL_RESOLUTION, canonical_history
     c = Composer()
     leaf = c.leaf_grids(SHORT, SHORT_DELTA)[0]
-    assert (LEAF_BUCKETS_AT_FULL_RESOLUTION <= leaf.number_of_buckets
-            < engine.COARSE_FIRST_LEAF_BUCKETS)
+    assert fills_half(leaf.number_of_buckets, LEAF_BUCKETS_AT_FULL_RESOLUTION)
+    assert not fills_half(leaf.number_of_buckets, engine.COARSE_FIRST_LEAF_BUCKETS)
     assert not c.final_grid_coarsens(SHORT, SHORT_DELTA)
     assert c.final_grid_coarsens([(SHORT[0][0], 100_000)], SHORT_DELTA)
     assert (engine._first_level(c, canonical_history(SHORT), SHORT_DELTA)
