@@ -1129,7 +1129,9 @@ class GroupedBuckets(BucketRepresentation):
         group's label).  The merged entry keeps the row's relative and absolute error
         (weights at most 1); its rounding is added to the absolute part: the sum's n
         additions, exp to 2u and the exponent m d's rounding, relative to the terms'
-        magnitudes, plus subnormal products.  Groups beyond m d = 700 are dropped."""
+        magnitudes, the last addition's relative to the merged entry, plus subnormal
+        products.  Groups beyond m d = 700 are dropped from both rows of their
+        direction."""
         d = self.grid.log_factor
         error = self.error.copy()
         size = self.grid.size
@@ -1140,9 +1142,11 @@ class GroupedBuckets(BucketRepresentation):
             else:
                 tail, at = self.rows[j, :lo], lo - start
                 m = np.arange(lo, 0, -1, dtype=float)
+            # the same groups in both rows of a direction (a group is merged whole or
+            # dropped whole: A-mass without its B-mass would overstate the bound)
+            near = m * d <= 700.0
+            tail, m = tail[near], m[near]
             if kind in ("C", "D"):
-                near = m * d <= 700.0
-                tail, m = tail[near], m[near]
                 tail = tail * np.exp(-(m * d))
             if not tail.size or not tail.any():
                 continue
@@ -1150,8 +1154,10 @@ class GroupedBuckets(BucketRepresentation):
             magnitude = float(np.abs(tail).sum())
             rows[j, at] += total
             reach = float(m.max()) * d if kind in ("C", "D") else 0.0
+            # the sum's and the weights' rounding, relative to the terms, and the last
+            # addition's, relative to the merged entry
             rounding = ((tail.size + 6.0 + 1.01 * reach) * _U * magnitude * 1.01
-                        + 5e-324 * tail.size)
+                        + 1.01 * _U * abs(float(rows[j, at])) + 5e-324 * tail.size)
             error[j] = (error[j] + rounding * (1.0 + float(self.relative[j]))) * (1.0 + 1e-9)
         return error
 

@@ -598,8 +598,9 @@ def _follow_ops(r: BucketRepresentation, ops) -> BucketRepresentation:
         elif op[0] == "restrict":
             r = r.restricted(op[1], op[2])
         elif op[0] == "crop":
-            # exact for the split pair (empty columns); a group outside is dropped,
-            # which only lowers a lower bound
+            # exact for the split pair (empty columns); a group outside is merged into
+            # the edge group or dropped (GroupedBuckets.restricted), which only lowers
+            # a lower bound
             r = r.restricted(op[1], None)
         else:                                   # ("pad", n)
             r = r.padded(op[1])

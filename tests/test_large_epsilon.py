@@ -171,3 +171,40 @@ def test_a_window_merges_the_tail_each_direction_reads(monkeypatch):
         assert np.all(merged_low >= dropped_low)
         assert np.any(merged_low > dropped_low * (1 + 1e-6))
         assert np.all(merged_low <= upper[direction])
+
+
+def test_a_merge_takes_a_group_whole_or_not_at_all():
+    """A group whose C weight f^-m falls below e^-700 (m d > 700) is dropped from the A
+    row too: merging its A-mass without its B-mass would count A in full and never
+    subtract e^eps B (found by review: at d = 400 the bound rose from 0.2 to 0.5, above
+    the exact 0.2).  Groups are the events of a sub-probability pair here, so the exact
+    divergence is their own sum."""
+    from pb_accountant.buckets import Grid
+    d, lq = 400.0, 400.0
+    A, B = np.zeros(9), np.zeros(9)
+    A[4], B[4] = 0.3, 0.1                 # label 0, kept
+    A[6], B[6] = 0.3, 0.5                 # label 2: m = 2 past the window, m d = 800
+    C = np.array([b * math.exp((i - 4) * d - lq) if b else 0.0 for i, b in enumerate(B)])
+    g = GroupedBuckets(Grid(d, 4), np.vstack([A, C]), np.zeros(2), directions=("ab",),
+                       log_scale=np.array([0.0, lq]))
+    kept = g.restricted(Grid(d, 2, -2))   # labels -4..0
+    for eps in (0.0, 0.01, 0.04):
+        exact = sum(max(0.0, a - math.exp(eps) * b) for a, b in zip(A, B))
+        assert kept.lower_curves()["ab"](np.array([eps]))[0] <= exact
+
+
+def test_a_merge_charges_the_last_addition():
+    """Adding a tiny merged sum to a large kept entry rounds relative to the entry (1 +
+    1e-17 is 1): the error bound covers that rounding too."""
+    from fractions import Fraction
+
+    from pb_accountant.buckets import Grid
+    for j in (0, 1):                       # the A row, the C row
+        rows = np.zeros((2, 9))
+        rows[:, 4] = 1.0                   # the kept top group, label 0
+        rows[j, 5] = 1e-17                 # merged, m = 1
+        g = GroupedBuckets(Grid(0.1, 4), rows, np.zeros(2), directions=("ab",))
+        kept = g.restricted(Grid(0.1, 2, -2))
+        weight = Fraction(float(np.exp(-0.1))) if j == 1 else 1
+        exact = Fraction(1.0) + Fraction(1e-17) * weight
+        assert abs(Fraction(float(kept.rows[j][-1])) - exact) <= Fraction(kept.error[j])
