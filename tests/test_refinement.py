@@ -481,9 +481,9 @@ def test_a_real_capped_run_notes_its_width():
 
 
 # few steps on a long-tailed leaf (more than half of LEAF_BUCKETS_AT_FULL_RESOLUTION,
-# not of COARSE_FIRST_LEAF_BUCKETS, `fills_half`): the
-# composition never coarsens the leaf spacing, so the default grids resolve epsilon some
-# 30 times finer than the target (random-suite seed 31, #188)
+# not of COARSE_FIRST_LEAF_BUCKETS, `fills_half`): the composition never coarsens the
+# leaf spacing, so the default grids resolve epsilon some 30 times finer than the target
+# (random-suite seed 31, #188)
 SHORT = [(SubsampledGaussian(0.810047, 0.00265325), 39)]
 SHORT_DELTA = 2.67e-12
 
