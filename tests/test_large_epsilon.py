@@ -208,3 +208,38 @@ def test_a_merge_charges_the_last_addition():
         weight = Fraction(float(np.exp(-0.1))) if j == 1 else 1
         exact = Fraction(1.0) + Fraction(1e-17) * weight
         assert abs(Fraction(float(kept.rows[j][-1])) - exact) <= Fraction(kept.error[j])
+
+
+@pytest.mark.parametrize("pair,steps,exact", [
+    (Gaussian(2.0), 20, lambda eps: float(gaussian_delta(eps, math.sqrt(20) / 2.0))),
+    (Gaussian(0.5), 4, lambda eps: float(gaussian_delta(eps, math.sqrt(4) / 0.5))),
+    ("rr", 30, None)])
+def test_merged_windows_bracket_exact_deltas(pair, steps, exact):
+    """Lower bounds of grouped buckets restricted to windows narrower than their rows,
+    with and without re-labelling (the merges of ``GroupedBuckets.restricted``), stay at
+    or below the exact delta: the Gaussian composition's closed form and 30-fold
+    randomized response enumerated (p 0.6)."""
+    from pb_accountant import RandomizedResponse
+    from pb_accountant.buckets import Grid
+    if pair == "rr":
+        p = 0.6
+        pair = RandomizedResponse(p)
+        lr = math.log(p / (1 - p))
+
+        def exact(eps):                    # k of the 30 outcomes follow A's bias
+            return math.fsum(max(0.0, math.comb(steps, k) * (p ** k * (1 - p) ** (steps - k)
+                                                               - math.exp(eps) * p ** (steps - k)
+                                                               * (1 - p) ** k))
+                             for k in range(steps + 1) if (2 * k - steps) * lr > eps)
+    pb = compose([(pair, steps)], delta=1e-8, methods=("split", "grouped"))
+    eps = np.linspace(0.0, 6.0, 25)
+    truth = np.array([exact(e) for e in eps])
+    for g in pb.buckets.representations_of("grouped"):
+        direction = g.directions[0]
+        n, d = g.grid.number_of_buckets, g.grid.log_factor
+        for cut, shift in ((n // 4, 0), (n // 2, 0), (n // 3, 7), (n // 3, -7)):
+            window = Grid(d, (n - cut) // 2 * 2, g.grid.offset)
+            mean = (d * (g.grid.offset + shift), d * (g.grid.offset - shift))
+            kept = g.restricted(window, mean if shift else None)
+            low = kept.lower_curves()[direction](eps)
+            assert np.all(low <= truth * (1 + 1e-9) + 1e-300), (cut, shift)
