@@ -725,6 +725,7 @@ class Composer:
         self._ids: dict = {}
         self._leaf_grids: dict = {}
         self._leaf_spreads: dict = {}
+        self._leaf_moments: dict = {}
         self._two_scale_cuts: dict = {}
         self._refined: dict = {}
         self._bytes = 0
@@ -831,9 +832,7 @@ class Composer:
         mean, var = [0.0, 0.0], [0.0, 0.0]
         with self._lock:
             for pair, count in history:
-                split = self._leaf(("split",) + groups, pair, cfg)[0][0].split
-                for row in (0, 1):
-                    m, sd = split.loss_moments(row)
+                for row, (m, sd) in enumerate(self._moments(("split",) + groups, pair, cfg)):
                     mean[row] += count * m
                     var[row] += count * sd * sd
         z = float(-special.ndtri(min(cfg[1] * total, 0.25)))
@@ -909,6 +908,29 @@ class Composer:
                 self._leaf_spreads.clear()
             spread = self._leaf_spreads[key] = leaf_spread(pair, cfg[1], cap)
         return spread
+
+    def _moments(self, reps, pair, cfg):
+        """``loss_moments`` of both rows of ``pair``'s split leaf, remembered (a query
+        reads every pair's, and a history of many pairs need not keep all its leaves
+        cached for that); the first call builds the leaves of ``reps`` with it."""
+        key = (pair, cfg[:2])
+        moments = self._leaf_moments.get(key)
+        if moments is None:
+            split = self._leaf(reps, pair, cfg)[0][0].split
+            moments = (split.loss_moments(0), split.loss_moments(1))
+            if len(self._leaf_moments) > _INTERNED_KEYS:
+                self._leaf_moments.clear()
+            self._leaf_moments[key] = moments
+        return moments
+
+    def _demote(self, keys) -> None:
+        """Move cached ``keys`` to the front of the value cache, the first to be evicted:
+        a leaf or a node already consumed into its parent is read again only if that
+        parent is evicted, while a leaf not yet consumed is about to be read (a history
+        of more leaves than the cache holds otherwise evicts each just before its use)."""
+        for key in keys:
+            if key in self._values:
+                self._values.move_to_end(key, last=False)
 
     def _leaf(self, reps, pair, cfg):
         """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order).  The
@@ -1119,34 +1141,44 @@ class Composer:
                              lambda r: self._segment(r, unit, count, prev, cfg, base),
                              lambda r: self._power(r, unit, b, cfg, base))
 
-    def _block(self, reps, ids, item, start: int, size: int, cfg):
+    def _block(self, reps, ids, item, start: int, size: int, cfg, item_keys=None):
         """The product of items[start:start+size] (size a power of two): the product of
         its two halves, cached under the interned name of its content; ``item(reps, i)``
-        gives the values of item i."""
+        gives the values of item i.  ``item_keys(i)``: the cache keys of item i, where
+        consumed items and nodes are to be evicted first (``_demote``)."""
         if size == 1:
             return item(reps, start)
         half = size // 2
-        return self._combine(reps, ("block", ids[(start, size)], cfg), cfg,
-                             lambda r: self._block(r, ids, item, start, half, cfg),
-                             lambda r: self._block(r, ids, item, start + half, half, cfg))
+        out = self._combine(reps, ("block", ids[(start, size)], cfg), cfg,
+                            lambda r: self._block(r, ids, item, start, half, cfg, item_keys),
+                            lambda r: self._block(r, ids, item, start + half, half, cfg,
+                                                  item_keys))
+        if item_keys is not None:
+            if half == 1:
+                self._demote(item_keys(start) + item_keys(start + 1))
+            else:
+                self._demote([(rep, ("block", ids[(s, half)], cfg))
+                              for s in (start, start + half) for rep in reps])
+        return out
 
-    def _fold(self, reps, ids, item, blocks, k: int, cfg):
+    def _fold(self, reps, ids, item, blocks, k: int, cfg, item_keys=None):
         """The blocks 0..k folded left to right."""
         start, size = blocks[k]
         if k == 0:
-            return self._block(reps, ids, item, start, size, cfg)
+            return self._block(reps, ids, item, start, size, cfg, item_keys)
         return self._combine(reps, ("fold", tuple(ids[blk] for blk in blocks[: k + 1]), cfg),
-                             cfg, lambda r: self._fold(r, ids, item, blocks, k - 1, cfg),
-                             lambda r: self._block(r, ids, item, start, size, cfg))
+                             cfg, lambda r: self._fold(r, ids, item, blocks, k - 1, cfg,
+                                                       item_keys),
+                             lambda r: self._block(r, ids, item, start, size, cfg, item_keys))
 
-    def _product(self, reps, names, item, cfg):
+    def _product(self, reps, names, item, cfg, item_keys=None):
         """The product of the items named ``names`` (interned keys) in the canonical
-        binary tree over aligned blocks."""
+        binary tree over aligned blocks (``item_keys``: see ``_block``)."""
         blocks = _aligned_blocks(len(names))
         ids = {(i, 1): self._intern(name) for i, name in enumerate(names)}
         for start, size in blocks:
             self._name_block(ids, start, size)
-        return self._fold(reps, ids, item, blocks, len(blocks) - 1, cfg)
+        return self._fold(reps, ids, item, blocks, len(blocks) - 1, cfg, item_keys)
 
     def _group(self, reps, count: int, pairs, cfg):
         """The steps of one count group: (product of the leaves of ``pairs``)^count."""
@@ -1157,7 +1189,8 @@ class Composer:
         else:
             base = lambda r: self._product(  # noqa: E731
                 r, [("seg", p, 1) for p in pairs],
-                lambda rr, i: self._leaf(rr, pairs[i], cfg), cfg)
+                lambda rr, i: self._leaf(rr, pairs[i], cfg), cfg,
+                lambda i: [(rep, "leaf", pairs[i], cfg[:2]) for rep in r])
             unit = ("group", self._intern(("group",) + tuple(pairs)))
         low = (count & -count).bit_length() - 1        # lowest set bit
         return self._segment(reps, unit, count, low, cfg, base)

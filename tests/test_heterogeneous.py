@@ -11,7 +11,7 @@ import math
 import pytest
 
 from pb_accountant import PrivacyBucketsAccountant
-from pb_accountant import composition
+from pb_accountant import composition, engine
 from pb_accountant.composition import Composer
 from pb_accountant.mechanisms import SubsampledGaussian
 
@@ -236,3 +236,31 @@ def test_long_equal_count_schedule_brackets_pld():
     optimistic, pessimistic = _pld_epsilons(history, delta)
     assert b.lower <= pessimistic * (1 + PLD_SLACK)
     assert b.upper >= optimistic * (1 - PLD_SLACK)
+
+
+def test_a_history_of_more_leaves_than_the_cache_holds_computes_each_once(monkeypatch):
+    """A schedule whose leaves fill the value cache: composing it evicts the leaves
+    already consumed into their products first, not the ones about to be read, and a
+    query reads the pairs' remembered moments, not their leaves, so every leaf's masses
+    are computed once (1000 per-step sigmas at q 0.01: 1654 times before, 10.5 s ->
+    8.7 s)."""
+    pairs = [SubsampledGaussian(round(1.0 + 0.01 * i, 6), 0.01) for i in range(48)]
+    history = [(pair, 3) for pair in pairs]
+    # every leaf fits (the split pair and two group directions per pair), with room for
+    # a few products only
+    monkeypatch.setattr(composition, "_VALUE_CACHE_ENTRIES", 3 * len(pairs) + 6)
+    computed = []
+    leaf_masses = composition.leaf_masses
+
+    def counted(pair, *args, **kwargs):
+        computed.append(pair)
+        return leaf_masses(pair, *args, **kwargs)
+
+    monkeypatch.setattr(composition, "leaf_masses", counted)
+    composer = Composer(cache_size=1)
+    first = engine.compose_history(composer, history, 1e-6).epsilon_bounds(1e-6)
+    again = engine.compose_history(composer, history, 1e-6).epsilon_bounds(1e-6)
+    assert sorted(computed, key=pairs.index) == pairs
+    assert (first.lower, first.upper) == (again.lower, again.upper)
+    fresh = engine.compose_history(Composer(), history, 1e-6).epsilon_bounds(1e-6)
+    assert (fresh.lower, fresh.upper) == (first.lower, first.upper)
