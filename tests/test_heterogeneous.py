@@ -242,8 +242,8 @@ def test_a_history_of_more_leaves_than_the_cache_holds_computes_each_once(monkey
     """A schedule whose leaves fill the value cache: composing it evicts the leaves
     already consumed into their products first, not the ones about to be read, and a
     query reads the pairs' remembered moments, not their leaves, so every leaf's masses
-    are computed once (1000 per-step sigmas at q 0.01: 1654 times before, 10.5 s ->
-    8.7 s)."""
+    are computed once (1000 per-step sigmas at q 0.01: 1654 times before;
+    docs/method.md §3)."""
     pairs = [SubsampledGaussian(round(1.0 + 0.01 * i, 6), 0.01) for i in range(48)]
     history = [(pair, 3) for pair in pairs]
     # every leaf fits (the split pair and two group directions per pair), with room for
