@@ -47,8 +47,10 @@ LEAF_BUCKETS_AT_FULL_RESOLUTION = 2 ** 13 - 2
 #: largest |loss| a leaf resolves (e^t is formed directly there; beyond it, the
 #: infinity atoms); per-step epsilons up to several hundred stay finite
 LEAF_LOSS_RANGE = 600.0
-#: coarsened buckets remembered per Composer
-_COARSEN_MEMO_SIZE = 64
+#: prepared operands (coarsened, windowed, padded buckets) remembered per Composer:
+#: at most this many entries and about this many bytes of rows (``OperandMemo``)
+_OPERAND_MEMO_ENTRIES = 256
+_OPERAND_MEMO_BYTES = 64 * 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -315,13 +317,13 @@ class BucketSet:
         """Square until the spacing is ``log_factor``; ``trim`` crops the emptied buckets
         (lossless: only buckets that are exactly empty in every row are dropped).
 
-        ``memo``: a dict owned by the Composer (cached binary powers are coarsened to the
-        same spacing again and again during training); entries are immutable and
+        ``memo``: the Composer's ``OperandMemo`` (cached binary powers are coarsened to
+        the same spacing again and again during training); entries are immutable and
         published whole, so a concurrent reader never sees a half-built one.
         """
         if self.grid.log_factor >= log_factor * (1 - 1e-12):
             return self
-        key = (self, log_factor, trim)
+        key = ("coarsened", self, log_factor, trim)
         if memo is not None:
             hit = memo.get(key)
             if hit is not None:
@@ -332,9 +334,7 @@ class BucketSet:
             if trim:
                 out = out.cropped()
         if memo is not None:
-            memo[key] = out
-            while len(memo) > _COARSEN_MEMO_SIZE:
-                memo.pop(next(iter(memo)))
+            memo.put(key, out)
         return out
 
     def _rows(self):
@@ -409,7 +409,7 @@ class BucketSet:
 def compose_sets(x: BucketSet, y: BucketSet, budget_per_step: float,
                  options: BucketOptions, memo=None) -> BucketSet:
     """x * y on a common grid, with the squaring and range policy of ``options``
-    (``memo``: the Composer's table of coarsened buckets)."""
+    (``memo``: the Composer's ``OperandMemo`` of coarsened buckets)."""
     same = x is y
     target = max(x.grid.log_factor, y.grid.log_factor)
     adaptive = options.number_of_buckets is None
@@ -481,29 +481,57 @@ def _record_restrict(x: BucketSet, n: int, centre: int, ops: list) -> BucketSet:
 
 
 def _record_coarsen(x: BucketSet, log_factor: float, trim: bool, memo, ops: list) -> BucketSet:
-    """``x.coarsened_to(log_factor, trim)``, recording its squarings and crops."""
-    if x.grid.log_factor >= log_factor * (1 - 1e-12):
-        return x
-    key = (x, log_factor, trim)
+    """``x.coarsened_to(log_factor, trim)``, recording its squarings and crops
+    (``memo``: the Composer's ``OperandMemo``)."""
+    out = x
+    while out.grid.log_factor < log_factor * (1 - 1e-12):
+        # one squaring (and crop) at a time, remembered: operands coarsened to
+        # different spacings share their first squarings
+        key = ("coarsen-step", out, trim)
+        hit = memo.get(key) if memo is not None else None
+        if hit is None:
+            sub: list = []
+            step = _record_square(out, sub)
+            if trim:
+                cropped = step.cropped()
+                if cropped is not step:
+                    sub.append(("crop", cropped.grid))
+                    step = cropped
+            hit = (step, tuple(sub))
+            if memo is not None:
+                memo.put(key, hit)
+        out = hit[0]
+        ops.extend(hit[1])
+    return out
+
+
+def _record_window(s: BucketSet, tail: float, cap: int, focus, memo, ops: list) -> BucketSet:
+    """``s`` restricted to the window its ``tail`` leaves (``BucketSet.window``),
+    recording the restriction; remembered in ``memo`` (a cached binary power is an
+    operand of a new product at every query of a growing history)."""
+    key = ("window", s, tail, cap, focus)
     hit = memo.get(key) if memo is not None else None
     if hit is not None:
         ops.extend(hit[1])
         return hit[0]
     sub: list = []
-    out = x
-    while out.grid.log_factor < log_factor * (1 - 1e-12):
-        out = _record_square(out, sub)
-        if trim:
-            cropped = out.cropped()
-            if cropped is not out:
-                sub.append(("crop", cropped.grid))
-                out = cropped
+    n_keep, centre = s.window(tail, cap, focus=focus)
+    out = _record_restrict(s, n_keep, centre, sub)
     if memo is not None:
-        memo[key] = (out, tuple(sub))
-        while len(memo) > _COARSEN_MEMO_SIZE:
-            memo.pop(next(iter(memo)))
+        memo.put(key, (out, tuple(sub)))
     ops.extend(sub)
     return out
+
+
+def _padded(s, n: int, memo):
+    """``s.padded(n)`` (a BucketSet or one representation), remembered in ``memo``."""
+    key = ("padded", s, n)
+    hit = memo.get(key) if memo is not None else None
+    if hit is None:
+        hit = s.padded(n)
+        if memo is not None:
+            memo.put(key, hit)
+    return hit
 
 
 @dataclass(frozen=True)
@@ -522,7 +550,9 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
                   focus: Optional[str] = None,
                   stored_scale: float = 1.0) -> Tuple[BucketSet, Plan]:
     """``compose_sets`` for BucketSets of the split pair alone, with the plan that the
-    other representations follow (``follow_plan``).  ``focus`` "ab" or "ba": the
+    other representations follow (``follow_plan``).  ``memo``: the Composer's
+    ``OperandMemo``, where the operands' coarsenings, windows and paddings are
+    remembered.  ``focus`` "ab" or "ba": the
     windows and the spacing follow that direction's row alone (``Composer.compose``).
     ``stored_scale``: the product's rows hold at least this many times the true masses
     (a two-scale part, pb_accountant/two_scale.py), so the windows' tail, a budget of
@@ -544,10 +574,8 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
                 y = x
                 continue
             s = x if ref == "x" else y
-            n_keep, centre = s.window(stored_scale * budget_per_step * s.compositions,
-                                      options.max_buckets,
-                                      focus=focus)
-            s = _record_restrict(s, n_keep, centre, xo if ref == "x" else yo)
+            s = _record_window(s, stored_scale * budget_per_step * s.compositions,
+                               options.max_buckets, focus, memo, xo if ref == "x" else yo)
             if ref == "x":
                 x = s
             else:
@@ -555,12 +583,12 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
     n = max(x.grid.number_of_buckets, y.grid.number_of_buckets)
     if n != x.grid.number_of_buckets:
         xo.append(("pad", n))
-        x = x.padded(n)
+        x = _padded(x, n, memo)
     if same:
         y = x
     elif n != y.grid.number_of_buckets:
         yo.append(("pad", n))
-        y = y.padded(n)
+        y = _padded(y, n, memo)
     tol = budget_per_step * (x.compositions + y.compositions)
     if not adaptive:
         # the paper's rule on a fixed number of buckets
@@ -591,7 +619,19 @@ def compose_split(x: BucketSet, y: BucketSet, budget_per_step: float,
     return z, Plan(tuple(xo), tuple(yo), tol, tuple(zo))
 
 
-def _follow_ops(r: BucketRepresentation, ops) -> BucketRepresentation:
+def _follow_ops(r: BucketRepresentation, ops, memo=None) -> BucketRepresentation:
+    """``ops`` applied to ``r``; ``memo`` (see ``follow_plan``) remembers each step, so
+    an operand whose last steps differ (its padding follows the other operand) still
+    reuses the steps before."""
+    if memo is not None:
+        for op in ops:
+            key = ("follow", r, op)
+            hit = memo.get(key)
+            if hit is None:
+                hit = _follow_ops(r, (op,))
+                memo.put(key, hit)
+            r = hit
+        return r
     for op in ops:
         if op[0] == "square":
             r = r.squared()
@@ -608,11 +648,13 @@ def _follow_ops(r: BucketRepresentation, ops) -> BucketRepresentation:
 
 
 def follow_plan(plan: Plan, x: BucketRepresentation, y: BucketRepresentation,
-                same: bool) -> BucketRepresentation:
+                same: bool, memo=None) -> BucketRepresentation:
     """x * y for a representation other than the split pair, on the grids the split
-    pair's composition chose (``compose_split``)."""
-    x = _follow_ops(x, plan.x_ops)
-    y = x if same else _follow_ops(y, plan.y_ops)
+    pair's composition chose (``compose_split``).  ``memo``: the Composer's
+    ``OperandMemo``, where each operand's grid operations are remembered (as the split
+    pair's are in ``compose_split``)."""
+    x = _follow_ops(x, plan.x_ops, memo)
+    y = x if same else _follow_ops(y, plan.y_ops, memo)
     z = x.compose_full(x if same else y, plan.tolerance)
     return _follow_ops(z, plan.z_ops)
 
@@ -720,8 +762,8 @@ class Composer:
         self.options = options
         self._lock = threading.RLock()
         self._values: "OrderedDict[tuple, BucketSet]" = OrderedDict()
-        self._coarsened: dict = {}
-        self._coarsened_joint: dict = {}
+        self._operands = OperandMemo()
+        self._coarsened_joint = OperandMemo()
         self._ids: dict = {}
         self._leaf_grids: dict = {}
         self._leaf_spreads: dict = {}
@@ -767,6 +809,10 @@ class Composer:
                                         halve_long_tails=o.halve_long_tails
                                         and halve_long_tails),
                     self._cache_size)
+                # a leaf's spread depends on its pair and budget, not on the resolutions:
+                # every level sizes its leaves from the same ones (each costs about a
+                # leaf's masses; a many-pair schedule asks for them on every level)
+                finer._leaf_spreads = self._leaf_spreads
             return finer
 
     def leaf_grids(self, history, delta: Optional[float] = None) -> Tuple[Grid, ...]:
@@ -997,13 +1043,13 @@ class Composer:
             ys = xs if same else dict(zip(child, right(child)))
             if split is None:
                 split = compose_split(xs["split"][0], ys["split"][0], cfg[1], self.options,
-                                      self._coarsened, cfg[2])
+                                      self._operands, cfg[2])
                 self._remember(("split", key), split)
             out["split"] = split
             for rep in following:
                 if rep == "split":
                     continue
-                value = follow_plan(split[1], xs[rep], ys[rep], same)
+                value = follow_plan(split[1], xs[rep], ys[rep], same, self._operands)
                 if value.grid != split[0].grid:
                     raise RuntimeError(f"internal error: {rep} left the split pair's grid "
                                        f"({value.grid!r} != {split[0].grid!r})")
@@ -1282,6 +1328,83 @@ def _size(value) -> int:
     if isinstance(part, BucketSet):
         return _size(part)
     return value.rows.nbytes
+
+
+class OperandMemo:
+    """Operands prepared for a product (coarsened, windowed, padded), remembered per
+    Composer.  A cached binary power or fold is an operand at every query of a growing
+    history, while most operands of a query from scratch are prepared once, and keeping
+    those would only hold memory: an operand's preparation is remembered from the
+    second time it is asked for, and so are the later steps of a chain that starts
+    from a remembered value.  Each value is a pure function of an immutable value and
+    the operation, so a hit gives the same bits.  Keys hold their operands (ids are
+    not reused while a value is kept); least recently used out first, at most
+    _OPERAND_MEMO_ENTRIES values and about _OPERAND_MEMO_BYTES bytes of rows.  Callers
+    hold the Composer's lock."""
+
+    def __init__(self, entries: int = _OPERAND_MEMO_ENTRIES,
+                 max_bytes: int = _OPERAND_MEMO_BYTES):
+        self._values: "OrderedDict[tuple, object]" = OrderedDict()
+        # (kind, id(operand), ...) of keys asked for and missed, True once asked for
+        # twice (an id reused by a new operand only makes one value kept early)
+        self._asked: "OrderedDict[tuple, bool]" = OrderedDict()
+        self._held: Dict[int, int] = {}       # id(value) -> entries holding it
+        self._entries = entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @staticmethod
+    def _mark(key) -> tuple:
+        return (key[0], id(key[1])) + tuple(key[2:])
+
+    def get(self, key):
+        hit = self._values.get(key)
+        if hit is not None:
+            self._values.move_to_end(key)
+            return hit
+        mark = self._mark(key)
+        self._asked[mark] = mark in self._asked
+        self._asked.move_to_end(mark)
+        while len(self._asked) > 4 * self._entries:
+            self._asked.popitem(last=False)
+        return None
+
+    def put(self, key, value) -> None:
+        """Remember ``value`` under ``key`` = (kind, operand, ...) if the key was asked
+        for before or its operand is a remembered value; both the value and the operand
+        the key keeps alive are counted."""
+        if not (self._asked.get(self._mark(key), False) or id(key[1]) in self._held):
+            return
+        self._forget(key)
+        self._values[key] = value
+        held = id(value[0] if isinstance(value, tuple) else value)
+        self._held[held] = self._held.get(held, 0) + 1
+        self._bytes += self._entry_bytes(key, value)
+        while self._values and (len(self._values) > self._entries
+                                or self._bytes > self._max_bytes):
+            self._forget(next(iter(self._values)))
+
+    def _forget(self, key) -> None:
+        old = self._values.pop(key, None)
+        if old is None:
+            return
+        self._bytes -= self._entry_bytes(key, old)
+        held = id(old[0] if isinstance(old, tuple) else old)
+        if self._held[held] == 1:
+            del self._held[held]
+        else:
+            self._held[held] -= 1
+
+    @staticmethod
+    def _entry_bytes(key, value) -> int:
+        """Rows held by an entry: its operand (key[1]) and its value (a BucketSet, one
+        representation, or (BucketSet, recorded operations))."""
+        if isinstance(value, tuple):
+            value = value[0]
+        return _size(key[1]) + _size(value)
 
 
 def _next_id() -> int:
