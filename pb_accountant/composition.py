@@ -159,9 +159,15 @@ def leaf_spread(pair: MechanismPair, budget: float, cap: float = LEAF_LOSS_RANGE
     """The loss spread that sizes ``pair``'s adaptive leaf spacing (``leaf_grid``): the
     A-weighted standard deviation of one step's loss, or reach / 32 where the finite
     loss takes a single value."""
+    return leaf_probe(pair, budget, cap)[0]
+
+
+def leaf_probe(pair: MechanismPair, budget: float, cap: float = LEAF_LOSS_RANGE):
+    """(``leaf_spread``, the estimated loss moments of one step under A and under B),
+    from one probe of ``pair`` (``MechanismPair.loss_probe``)."""
     reach = _leaf_reach(pair, budget, cap)[2]
-    spread = pair.loss_spread(reach)
-    return reach / 32.0 if spread < 1e-9 * reach else spread
+    spread, moments = pair.loss_probe(reach)
+    return (reach / 32.0 if spread < 1e-9 * reach else spread), moments
 
 
 def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
@@ -766,7 +772,10 @@ class Composer:
         self._coarsened_joint = OperandMemo()
         self._ids: dict = {}
         self._leaf_grids: dict = {}
-        self._leaf_spreads: dict = {}
+        self._leaf_probes: dict = {}
+        # the representations whose leaves a composition builds with the split leaf
+        # (``compose``'s ``leaves``; set while it holds the lock)
+        self._leaf_companions: Tuple[str, ...] = ()
         self._leaf_moments: dict = {}
         self._two_scale_cuts: dict = {}
         self._refined: dict = {}
@@ -809,10 +818,12 @@ class Composer:
                                         halve_long_tails=o.halve_long_tails
                                         and halve_long_tails),
                     self._cache_size)
-                # a leaf's spread depends on its pair and budget, not on the resolutions:
-                # every level sizes its leaves from the same ones (each costs about a
-                # leaf's masses; a many-pair schedule asks for them on every level)
-                finer._leaf_spreads = self._leaf_spreads
+                # a leaf's probe (its spread and moments) depends on its pair and budget,
+                # not on the resolutions: every level reads the same ones (each costs
+                # about a leaf's masses; a many-pair schedule asks for them on every level;
+                # the levels' locks differ, but each get, set or clear of a dict is atomic
+                # and a probe is a pure function of its key)
+                finer._leaf_probes = self._leaf_probes
             return finer
 
     def leaf_grids(self, history, delta: Optional[float] = None) -> Tuple[Grid, ...]:
@@ -870,21 +881,29 @@ class Composer:
         if not set(groups) <= {"grouped-ab", "grouped-ba"}:
             raise ValueError(f"groups must be among 'grouped-ab' and 'grouped-ba', "
                              f"got {groups!r}")
+        return self._spans(history, delta,
+                           lambda pair, cfg: self._moments(("split",) + groups, pair, cfg))
+
+    def predicted_spans(self, history, delta: Optional[float] = None
+                        ) -> Tuple[float, float, float]:
+        """``direction_spans`` from the pairs' probes (``leaf_probe``: the moments of
+        one step's loss, estimated on the grid that sizes its leaf) instead of their
+        leaves: no leaf is built, and every level predicts the same spans.  An
+        estimate: ``engine`` reads it only to skip the leaves' prediction where the
+        directions are clearly not apart."""
+        return self._spans(history, delta, lambda pair, cfg: self._leaf_probe(pair, cfg)[1])
+
+    def _spans(self, history, delta, moments_of) -> Tuple[float, float, float]:
+        """``_spans`` of ``history`` with each pair's moments from ``moments_of(pair,
+        cfg)``."""
         history = canonical_history(history)
         if not history:
             return 0.0, 0.0, 0.0
         total = sum(count for _, count in history)
         cfg = self._config(delta, total)
-        mean, var = [0.0, 0.0], [0.0, 0.0]
         with self._lock:
-            for pair, count in history:
-                for row, (m, sd) in enumerate(self._moments(("split",) + groups, pair, cfg)):
-                    mean[row] += count * m
-                    var[row] += count * sd * sd
-        z = float(-special.ndtri(min(cfg[1] * total, 0.25)))
-        lo = [mean[r] - z * math.sqrt(var[r]) for r in (0, 1)]
-        hi = [mean[r] + z * math.sqrt(var[r]) for r in (0, 1)]
-        return float(max(hi) - min(lo)), float(hi[0] - lo[0]), float(hi[1] - lo[1])
+            moments = [(count, moments_of(pair, cfg)) for pair, count in history]
+        return _spans(moments, cfg[1] * total)
 
     # -- configuration ---------------------------------------------------------------
     def _config(self, delta: Optional[float], total_steps: int, focus: Optional[str] = None):
@@ -947,13 +966,18 @@ class Composer:
     def _leaf_spread(self, pair, cfg, cap: float = LEAF_LOSS_RANGE) -> float:
         """``leaf_spread`` of ``pair`` (remembered: it sizes the leaf grid and tells
         whether the composition coarsens, ``final_grid_coarsens``)."""
+        return self._leaf_probe(pair, cfg, cap)[0]
+
+    def _leaf_probe(self, pair, cfg, cap: float = LEAF_LOSS_RANGE):
+        """``leaf_probe`` of ``pair``, remembered (shared by every refined level: it
+        depends on the pair and the budget alone)."""
         key = (pair, cfg[:2], cap)
-        spread = self._leaf_spreads.get(key)
-        if spread is None:
-            if len(self._leaf_spreads) > _INTERNED_KEYS:
-                self._leaf_spreads.clear()
-            spread = self._leaf_spreads[key] = leaf_spread(pair, cfg[1], cap)
-        return spread
+        probe = self._leaf_probes.get(key)
+        if probe is None:
+            if len(self._leaf_probes) > _INTERNED_KEYS:
+                self._leaf_probes.clear()
+            probe = self._leaf_probes[key] = leaf_probe(pair, cfg[1], cap)
+        return probe
 
     def _moments(self, reps, pair, cfg):
         """``loss_moments`` of both rows of ``pair``'s split leaf, remembered (a query
@@ -982,9 +1006,14 @@ class Composer:
         """The leaves of ``pair`` for each rep in ``reps`` (a tuple, in that order).  The
         split pair and the groups of a pair without loss atoms read the same masses
         (``leaf_masses`` on the leaf grid's points, ``GroupedBuckets.leaves``), computed
-        once for all the leaves one call makes."""
+        once for all the leaves one call makes; where it builds the split leaf, it also
+        builds the leaves of ``compose``'s ``leaves`` from the same masses."""
         out = []
         computed: dict = {}       # the split pair's masses, by leaf grid
+        extra = ()
+        if (self._leaf_companions and "split" in reps
+                and self._cached(("split", "leaf", pair, cfg[:2])) is None):
+            extra = tuple(rep for rep in self._leaf_companions if rep not in reps)
 
         def shared(grid):
             key = (grid.log_factor, grid.number_of_buckets, grid.offset)
@@ -992,7 +1021,7 @@ class Composer:
                 computed[key] = leaf_masses(pair, grid.losses, grid.log_factor)
             return computed[key]
 
-        for rep in reps:
+        for rep in reps + extra:
             key = (rep, "leaf", pair, cfg[:2])
             value = self._cached(key)
             if value is None:
@@ -1010,7 +1039,7 @@ class Composer:
                     value = GroupedBuckets.leaves(pair, grid, (rep,), split_masses=masses)[0]
                 self._remember(key, value)
             out.append(value)
-        return tuple(out)
+        return tuple(out[:len(reps)])
 
     def _combine(self, reps, key, cfg, left, right, same: bool = False):
         """The values of node ``key`` for each rep in ``reps``: left * right, cached.
@@ -1258,7 +1287,8 @@ class Composer:
 
     def compose(self, history, delta: Optional[float] = None,
                 methods: Sequence[str] = ("split", "grouped"),
-                focus: Optional[str] = None) -> Optional[BucketSet]:
+                focus: Optional[str] = None,
+                leaves: Sequence[str] = ()) -> Optional[BucketSet]:
         """The BucketSet of a canonical history (None for an empty one).
 
         The split pair and the grouped buckets are each composed and cached on their
@@ -1274,12 +1304,20 @@ class Composer:
         into its infinity atom or its edge, which keeps its bound valid but trivial
         (``engine.PrivacyBuckets.of_directions`` joins two such compositions).  Only
         the split pair and that direction's groups may be asked for.
+
+        ``leaves`` (among "grouped-ab", "grouped-ba"): group directions whose leaves are
+        built, and cached, with the split pair's from the same masses, for a
+        composition of those groups that may follow (``engine._refined_bounds``).
         """
         methods = frozenset(methods) | {"split"}
         known = known_methods()
         unknown = methods - set(known)
         if unknown:
             raise ValueError(f"methods must be among {', '.join(known)}, got {sorted(unknown)!r}")
+        leaves = tuple(leaves)
+        if not set(leaves) <= {"grouped-ab", "grouped-ba"}:
+            raise ValueError(f"leaves must be among 'grouped-ab' and 'grouped-ba', "
+                             f"got {leaves!r}")
         if focus is not None:
             allowed = {"split", f"grouped-{focus}"} if focus in ("ab", "ba") else None
             if allowed is None or not methods <= allowed:
@@ -1297,7 +1335,11 @@ class Composer:
             if not methods <= _FOLLOWING:
                 return self._history((("joint", methods),), groups, cfg)[0]
             reps = ("split",) + tuple(f"grouped-{d}" for d in grouped_directions(methods))
-            values = self._history(reps, groups, cfg)
+            self._leaf_companions = leaves
+            try:
+                values = self._history(reps, groups, cfg)
+            finally:
+                self._leaf_companions = ()
         split, grouped = values[0][0], values[1:]
         members = split.members + ((("grouped", grouped),) if grouped else ())
         return BucketSet(split.grid, members)
@@ -1405,6 +1447,21 @@ class OperandMemo:
         if isinstance(value, tuple):
             value = value[0]
         return _size(key[1]) + _size(value)
+
+
+def _spans(moments, tail: float) -> Tuple[float, float, float]:
+    """(both rows, A-row, B-row) loss ranges of a composition of steps with the given
+    (count, ((A mean, A sd), (B mean, B sd))): means and variances add, each row's
+    range is its mean +- z sd, z the normal quantile of the final ``tail`` mass."""
+    mean, var = [0.0, 0.0], [0.0, 0.0]
+    for count, rows in moments:
+        for row, (m, sd) in enumerate(rows):
+            mean[row] += count * m
+            var[row] += count * sd * sd
+    z = float(-special.ndtri(min(tail, 0.25)))
+    lo = [mean[r] - z * math.sqrt(var[r]) for r in (0, 1)]
+    hi = [mean[r] + z * math.sqrt(var[r]) for r in (0, 1)]
+    return float(max(hi) - min(lo)), float(hi[0] - lo[0]), float(hi[1] - lo[1])
 
 
 def _next_id() -> int:

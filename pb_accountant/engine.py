@@ -403,7 +403,8 @@ def _upper_bound(composer: Composer, history, delta: float,
     if _directions_apart(composer, history, delta, ("grouped-ab",)):
         return _by_direction(composer, history, delta, ("split",),
                              symmetric).epsilon_bounds(delta)
-    return PrivacyBuckets(composer.compose(history, delta, ("split",)),
+    return PrivacyBuckets(composer.compose(history, delta, ("split",),
+                                           leaves=("grouped-ab",)),
                           delta).epsilon_bounds(delta)
 
 
@@ -553,6 +554,11 @@ def _best_of(bounds: EpsilonBounds, better: EpsilonBounds) -> EpsilonBounds:
 #: 4.5 s by direction; 7.6 (#30) 1.5 s, 0.8 s; 9.1 (#196) 1.4 s, 1.1 s; 17 (#66) 1.8 s,
 #: 0.56 s; 49 (#82) 4.9 s, 0.48 s.  Only the cost depends on it: both ways are certified.
 DIRECTIONS_APART = 8.0
+#: the leaves' prediction (``Composer.direction_spans``) is skipped where the pairs'
+#: probes (``Composer.predicted_spans``) put the ratio below this fraction of
+#: DIRECTIONS_APART: the probes' moments are estimates, and they may only decide the
+#: clear cases
+PROBE_MARGIN = 0.5
 
 
 def _directions_apart(composer: Composer, history, delta: float,
@@ -562,6 +568,13 @@ def _directions_apart(composer: Composer, history, delta: float,
     ``groups``: the grouped leaves the composition that follows reads (built now, from
     the masses the prediction's split leaves compute)."""
     if composer.options.number_of_buckets is not None:
+        return False
+    # the pairs' probes first (no leaf built): where even they put the ranges less than
+    # half as far apart, the answer is no, and the leaves are built once, by the
+    # composition (a history whose leaves outgrow the value cache used to build them
+    # twice, once here and again when composing)
+    joint, ab, ba = composer.predicted_spans(history, delta)
+    if joint < PROBE_MARGIN * DIRECTIONS_APART * max(ab, ba, 0.0):
         return False
     joint, ab, ba = composer.direction_spans(history, delta, groups)
     return joint >= DIRECTIONS_APART * max(ab, ba, 0.0) and joint > 0.0

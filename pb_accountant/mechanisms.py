@@ -1036,19 +1036,20 @@ class MechanismPair:
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
-    def _sizing_masses(self, t) -> np.ndarray:
-        """The A-masses of ``bucket_masses`` as ``loss_spread`` reads them to size a leaf:
-        the atom-free part from ``_continuous_sizing_masses``, which a pair may compute
-        by a cheaper, uncertified formula (nothing certified reads these)."""
+    def _sizing_masses(self, t, with_b: bool = False):
+        """The A-masses of ``bucket_masses`` as ``loss_spread`` reads them to size a leaf
+        (``with_b``: and the B-masses): the atom-free part from
+        ``_continuous_sizing_masses``, which a pair may compute by a cheaper, uncertified
+        formula (nothing certified reads these)."""
         t = np.asarray(t, dtype=float)
         losses, a_at, b_at = self._atoms()
-        a, _ = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
+        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
         if self.swapped:
-            _, ca = self._continuous_sizing_masses(-t[::-1])
-            ca = ca[::-1]
+            cb, ca = self._continuous_sizing_masses(-t[::-1])
+            ca, cb = ca[::-1], cb[::-1]
         else:
-            ca, _ = self._continuous_sizing_masses(t)
-        return a + ca
+            ca, cb = self._continuous_sizing_masses(t)
+        return (a + ca, b + cb) if with_b else a + ca
 
     def _continuous_sizing_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
         """``_continuous_masses`` for ``_sizing_masses`` (by default the same)."""
@@ -1161,13 +1162,25 @@ class MechanismPair:
 
     def loss_spread(self, reach: float) -> float:
         """A-weighted standard deviation of the finite loss (sizes the leaf spacing)."""
+        return self.loss_probe(reach)[0]
+
+    def loss_probe(self, reach: float):
+        """(``loss_spread``, ((mean, sd) of the finite loss under A, (mean, sd) under
+        B)), from one set of masses on a 4,001-point grid across ``reach``: the spread
+        sizes the leaf spacing, the moments predict a composition's loss ranges
+        (``Composer.predicted_spans``).  Estimates, uncertified: nothing certified
+        reads them."""
         step = reach / 2000.0
         t = np.arange(-2000, 2001) * step
-        a = self._sizing_masses(t)
+        a, b = self._sizing_masses(t, with_b=True)
         mids = np.concatenate(([t[0]], t[:-1] + 0.5 * step, [t[-1]]))
-        w = a / max(a.sum(), 1e-300)
-        mean = float(np.einsum("i,i->", w, mids))
-        return float(math.sqrt(max(float(np.einsum("i,i->", w, (mids - mean) ** 2)), 0.0)))
+        moments = []
+        for masses in (a, b):
+            w = masses / max(masses.sum(), 1e-300)
+            mean = float(np.einsum("i,i->", w, mids))
+            moments.append((mean, float(math.sqrt(max(
+                float(np.einsum("i,i->", w, (mids - mean) ** 2)), 0.0)))))
+        return moments[0][1], tuple(moments)
 
     def mirrored(self) -> "MechanismPair":
         """The same pair with A and B exchanged (the other neighbouring direction)."""
@@ -1692,13 +1705,18 @@ class DiscretePair(MechanismPair):
                         * 1.01, 0.0)
 
     def loss_spread(self, reach: float) -> float:
-        losses, a, _ = self._atoms()
-        keep = np.isfinite(losses) & (a > 0)
-        if not np.any(keep):
-            return 0.0
-        w = a[keep] / a[keep].sum()
-        mean = float(w @ losses[keep])
-        return float(math.sqrt(max(float(w @ (losses[keep] - mean) ** 2), 0.0)))
+        return self.loss_probe(reach)[0]
+
+    def loss_probe(self, reach: float):
+        """Exact moments of the finite atoms (see ``MechanismPair.loss_probe``); the
+        spread is the unmirrored pair's A-weighted one in either orientation (as it
+        always was: it only sizes the leaf spacing)."""
+        losses, a, b = self._atoms()
+        moments = [_atom_moments(losses, a), _atom_moments(losses, b)]
+        spread = moments[0][1]
+        if self.swapped:
+            moments = [(-mean, sd) for mean, sd in moments[::-1]]
+        return spread, tuple(moments)
 
     def _loss_range(self, tail):
         losses, _, _ = self._atoms()
@@ -1706,6 +1724,16 @@ class DiscretePair(MechanismPair):
         if finite.size == 0:
             return 0.0, 0.0
         return float(finite.min()), float(finite.max())
+
+
+def _atom_moments(losses, masses) -> Tuple[float, float]:
+    """(mean, sd) of the finite losses weighted by ``masses`` ((0, 0) if none)."""
+    keep = np.isfinite(losses) & (masses > 0)
+    if not np.any(keep):
+        return 0.0, 0.0
+    w = masses[keep] / masses[keep].sum()
+    mean = float(w @ losses[keep])
+    return mean, float(math.sqrt(max(float(w @ (losses[keep] - mean) ** 2), 0.0)))
 
 
 def RandomizedResponse(p: float) -> DiscretePair:

@@ -238,6 +238,19 @@ def test_long_equal_count_schedule_brackets_pld():
     assert b.upper >= optimistic * (1 - PLD_SLACK)
 
 
+def _count_leaf_masses(monkeypatch) -> list:
+    """The pairs whose leaf masses are computed from now on, in order."""
+    computed = []
+    leaf_masses = composition.leaf_masses
+
+    def counted(pair, *args, **kwargs):
+        computed.append(pair)
+        return leaf_masses(pair, *args, **kwargs)
+
+    monkeypatch.setattr(composition, "leaf_masses", counted)
+    return computed
+
+
 def test_a_history_of_more_leaves_than_the_cache_holds_computes_each_once(monkeypatch):
     """A schedule whose leaves fill the value cache: composing it evicts the leaves
     already consumed into their products first, not the ones about to be read, and a
@@ -249,14 +262,7 @@ def test_a_history_of_more_leaves_than_the_cache_holds_computes_each_once(monkey
     # every leaf fits (the split pair and two group directions per pair), with room for
     # a few products only
     monkeypatch.setattr(composition, "_VALUE_CACHE_ENTRIES", 3 * len(pairs) + 6)
-    computed = []
-    leaf_masses = composition.leaf_masses
-
-    def counted(pair, *args, **kwargs):
-        computed.append(pair)
-        return leaf_masses(pair, *args, **kwargs)
-
-    monkeypatch.setattr(composition, "leaf_masses", counted)
+    computed = _count_leaf_masses(monkeypatch)
     composer = Composer(cache_size=1)
     first = engine.compose_history(composer, history, 1e-6).epsilon_bounds(1e-6)
     again = engine.compose_history(composer, history, 1e-6).epsilon_bounds(1e-6)
@@ -337,3 +343,60 @@ def test_the_operand_memo_keeps_the_most_recently_used_within_its_bounds():
     for _ in range(2):
         ask_and_put(small, ("padded", c, 1), c)     # 4 rows > 3: the first entry goes
     assert len(small) == 1 and small.get(("padded", c, 1)) is c
+
+
+def test_a_history_whose_leaves_outgrow_the_cache_computes_each_leaf_once(monkeypatch):
+    """A schedule whose leaves do not all fit in the value cache: the direction
+    prediction reads the pairs' probes (``Composer.predicted_spans``), which put the
+    two rows' ranges close together, so no leaf is built before the composition, and
+    each pair's masses are computed once (they used to be computed for the prediction,
+    evicted, and computed again; docs/method.md §3).  The bounds are those of a
+    composer whose cache holds everything."""
+    pairs = [SubsampledGaussian(round(1.0 + 0.01 * i, 6), 0.01) for i in range(40)]
+    history = [(pair, 5) for pair in pairs]
+    monkeypatch.setattr(composition, "_VALUE_CACHE_ENTRIES", 12)
+    computed = _count_leaf_masses(monkeypatch)
+    small = Composer(cache_size=1)
+    joint, ab, ba = small.predicted_spans(history, 1e-6)
+    assert joint < engine.PROBE_MARGIN * engine.DIRECTIONS_APART * max(ab, ba)
+    first = engine.compose_history(small, history, 1e-6).epsilon_bounds(1e-6)
+    assert sorted(computed, key=pairs.index) == pairs
+    monkeypatch.setattr(composition, "_VALUE_CACHE_ENTRIES", 4096)
+    roomy = engine.compose_history(Composer(), history, 1e-6).epsilon_bounds(1e-6)
+    assert (roomy.lower, roomy.upper) == (first.lower, first.upper)
+
+
+def test_an_upper_bound_alone_builds_the_groups_leaves_from_its_masses(monkeypatch):
+    """A refinement that composes the split pair first (``engine._upper_bound``) builds
+    the A||B groups' leaves with it (``Composer.compose(..., leaves=...)``), so that
+    composing the groups on those grids afterwards computes no leaf masses again."""
+    pairs = [SubsampledGaussian(1.0 + 0.05 * i, 0.02) for i in range(6)]
+    history = [(pair, 50) for pair in pairs]
+    computed = _count_leaf_masses(monkeypatch)
+    composer = Composer()
+    upper = engine._upper_bound(composer, history, 1e-6)
+    both = engine._two_sided_bounds(composer, history, 1e-6, False)
+    assert sorted(computed, key=pairs.index) == pairs
+    assert upper.upper == both.upper and upper.lower == 0.0 < both.lower
+    fresh = engine._two_sided_bounds(Composer(), history, 1e-6, False)
+    assert (fresh.lower, fresh.upper) == (both.lower, both.upper)
+    with pytest.raises(ValueError, match="leaves must be among"):
+        composer.compose(history, 1e-6, ("split",), leaves=("paper",))
+
+
+def test_the_probes_predict_the_leaves_spans():
+    """``Composer.predicted_spans`` (the pairs' probes) against ``direction_spans``
+    (their leaves): within a few percent where the rows overlap, and both far apart
+    where epsilon is in the thousands, so the probes' margin (``engine.PROBE_MARGIN``)
+    never sends such a history to one joint composition."""
+    c = Composer()
+    for history, delta in (([(SubsampledGaussian(1.1, 0.01), 10_000)], 1e-5),
+                           ([(SubsampledGaussian(0.6, 1e-4), 200),
+                             (SubsampledGaussian(2.0, 0.3), 30)], 1e-10)):
+        probe = c.predicted_spans(history, delta)
+        leaf = c.direction_spans(history, delta)
+        assert probe == pytest.approx(leaf, rel=0.05)
+    apart = [(SubsampledGaussian(0.3, 1.0), 300_000)]
+    joint, ab, ba = c.predicted_spans(apart, 1e-10)
+    assert joint > engine.DIRECTIONS_APART * max(ab, ba)
+    assert engine._directions_apart(c, apart, 1e-10)

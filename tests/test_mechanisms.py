@@ -485,3 +485,46 @@ def test_narrow_masses_in_blocks_give_the_same_bits(monkeypatch):
     whole = mech.normal_x_interval_masses(x, (0.0, 1.0), 0.8)
     for a, b in zip(blocked, whole):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_the_probe_moments_bracket_the_gaussian_closed_form(sigma, mirrored):
+    """``loss_probe``'s moments (they predict a composition's loss ranges): for the
+    Gaussian mechanism the loss is N(mu, 2 mu) under A and N(-mu, 2 mu) under B,
+    mu = 1/(2 sigma^2), in either orientation; the probe's spread is ``loss_spread``."""
+    pair = Gaussian(sigma)
+    pair = pair.mirrored() if mirrored else pair
+    reach = 12 / sigma + 1 / sigma ** 2
+    spread, ((mean_a, sd_a), (mean_b, sd_b)) = pair.loss_probe(reach)
+    mu = 1 / (2 * sigma ** 2)
+    # the probe puts each interval's mass at its midpoint: Sheppard's correction h^2/12
+    h = reach / 2000
+    assert mean_a == pytest.approx(mu, rel=1e-3, abs=1e-6)
+    assert mean_b == pytest.approx(-mu, rel=1e-3, abs=1e-6)
+    for sd in (sd_a, sd_b):
+        assert sd == pytest.approx(math.sqrt(2 * mu + h * h / 12), rel=1e-3)
+    assert spread == pair.loss_spread(reach) == sd_a
+
+
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_the_probe_moments_of_atoms_are_exact(mirrored):
+    """A DiscretePair's probe moments are its atoms' exact moments, oriented with the
+    pair (mirrored: A and B exchanged, losses negated); its spread stays the unmirrored
+    A-weighted one, which sized its leaves before the probe existed."""
+    a, b = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.3, 0.5])
+    pair = DiscretePair(tuple(a), tuple(b))
+    pair = pair.mirrored() if mirrored else pair
+    losses = np.log(a / b)
+
+    def moments(w, x):
+        m = float(np.sum(w * x))
+        return m, math.sqrt(float(np.sum(w * (x - m) ** 2)))
+
+    want_a, want_b = moments(a, losses), moments(b, losses)
+    if mirrored:
+        want_a, want_b = (-want_b[0], want_b[1]), (-want_a[0], want_a[1])
+    spread, (got_a, got_b) = pair.loss_probe(1.0)
+    assert got_a == pytest.approx(want_a, rel=1e-12)
+    assert got_b == pytest.approx(want_b, rel=1e-12)
+    assert spread == pytest.approx(moments(a, losses)[1], rel=1e-12)
