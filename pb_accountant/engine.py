@@ -565,8 +565,9 @@ def _directions_apart(composer: Composer, history, delta: float,
                       groups: Sequence[str] = ()) -> bool:
     """Whether ``history`` composes faster one direction at a time: its rows' predicted
     ranges lie far apart (DIRECTIONS_APART), on grids the options do not fix.
-    ``groups``: the grouped leaves the composition that follows reads (built now, from
-    the masses the prediction's split leaves compute)."""
+    ``groups``: the grouped leaves the composition that follows reads, built with the
+    split leaves from the same masses where the prediction needs the leaves (the
+    pairs' probes decide the clear cases without them, PROBE_MARGIN)."""
     if composer.options.number_of_buckets is not None:
         return False
     # the pairs' probes first (no leaf built): where even they put the ranges less than
