@@ -884,13 +884,30 @@ class Composer:
         return self._spans(history, delta,
                            lambda pair, cfg: self._moments(("split",) + groups, pair, cfg))
 
+    def leaves_fit(self, history, delta: Optional[float] = None,
+                   groups: Sequence[str] = ()) -> bool:
+        """Whether the leaves of ``history``'s pairs (the split pair's and those of
+        ``groups``) fit in half the value cache, so that a prediction that builds them
+        ahead of the composition (``direction_spans``) leaves them cached for it."""
+        history = canonical_history(history)
+        if not history:
+            return True
+        cfg = self._config(delta, sum(count for _, count in history))
+        reps = 1 + len(tuple(groups))
+        with self._lock:
+            rows = sum(2 * (2 * self._leaf_grid(pair, cfg).number_of_buckets + 1)
+                       for pair, _ in history)
+        return (2 * reps * len(history) <= _VALUE_CACHE_ENTRIES + 4 * self._cache_size
+                and 2 * 8 * reps * rows <= _VALUE_CACHE_BYTES)
+
     def predicted_spans(self, history, delta: Optional[float] = None
                         ) -> Tuple[float, float, float]:
         """``direction_spans`` from the pairs' probes (``leaf_probe``: the moments of
         one step's loss, estimated on the grid that sizes its leaf) instead of their
         leaves: no leaf is built, and every level predicts the same spans.  An
         estimate: ``engine`` reads it only to skip the leaves' prediction where the
-        directions are clearly not apart."""
+        leaves do not fit in the cache (``leaves_fit``) and the directions are clearly
+        not apart."""
         return self._spans(history, delta, lambda pair, cfg: self._leaf_probe(pair, cfg)[1])
 
     def _spans(self, history, delta, moments_of) -> Tuple[float, float, float]:

@@ -566,17 +566,20 @@ def _directions_apart(composer: Composer, history, delta: float,
     """Whether ``history`` composes faster one direction at a time: its rows' predicted
     ranges lie far apart (DIRECTIONS_APART), on grids the options do not fix.
     ``groups``: the grouped leaves the composition that follows reads, built with the
-    split leaves from the same masses where the prediction needs the leaves (the
-    pairs' probes decide the clear cases without them, PROBE_MARGIN)."""
+    split leaves from the same masses where the prediction builds leaves (where they
+    would not fit in the cache, the pairs' probes decide the clear cases without them,
+    PROBE_MARGIN)."""
     if composer.options.number_of_buckets is not None:
         return False
-    # the pairs' probes first (no leaf built): where even they put the ranges less than
-    # half as far apart, the answer is no, and the leaves are built once, by the
-    # composition (a history whose leaves outgrow the value cache used to build them
-    # twice, once here and again when composing)
-    joint, ab, ba = composer.predicted_spans(history, delta)
-    if joint < PROBE_MARGIN * DIRECTIONS_APART * max(ab, ba, 0.0):
-        return False
+    if not composer.leaves_fit(history, delta, groups):
+        # leaves built here would be evicted before the composition reads them, and
+        # built again: the pairs' probes first (no leaf built), and where even they put
+        # the ranges less than half as far apart, the answer is no.  (Where the leaves
+        # fit, building them all here, ahead of the composition, measured faster than
+        # building them between its products.)
+        joint, ab, ba = composer.predicted_spans(history, delta)
+        if joint < PROBE_MARGIN * DIRECTIONS_APART * max(ab, ba, 0.0):
+            return False
     joint, ab, ba = composer.direction_spans(history, delta, groups)
     return joint >= DIRECTIONS_APART * max(ab, ba, 0.0) and joint > 0.0
 

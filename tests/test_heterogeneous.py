@@ -346,8 +346,8 @@ def test_the_operand_memo_keeps_the_most_recently_used_within_its_bounds():
 
 
 def test_a_history_whose_leaves_outgrow_the_cache_computes_each_leaf_once(monkeypatch):
-    """A schedule whose leaves do not all fit in the value cache: the direction
-    prediction reads the pairs' probes (``Composer.predicted_spans``), which put the
+    """A schedule whose leaves do not all fit in the value cache (``leaves_fit``): the
+    direction prediction reads the pairs' probes (``Composer.predicted_spans``), which put the
     two rows' ranges close together, so no leaf is built before the composition, and
     each pair's masses are computed once (they used to be computed for the prediction,
     evicted, and computed again; docs/method.md §3).  The bounds are those of a
@@ -357,11 +357,13 @@ def test_a_history_whose_leaves_outgrow_the_cache_computes_each_leaf_once(monkey
     monkeypatch.setattr(composition, "_VALUE_CACHE_ENTRIES", 12)
     computed = _count_leaf_masses(monkeypatch)
     small = Composer(cache_size=1)
+    assert not small.leaves_fit(history, 1e-6, ("grouped-ab",))
     joint, ab, ba = small.predicted_spans(history, 1e-6)
     assert joint < engine.PROBE_MARGIN * engine.DIRECTIONS_APART * max(ab, ba)
     first = engine.compose_history(small, history, 1e-6).epsilon_bounds(1e-6)
     assert sorted(computed, key=pairs.index) == pairs
     monkeypatch.setattr(composition, "_VALUE_CACHE_ENTRIES", 4096)
+    assert Composer().leaves_fit(history, 1e-6, ("grouped-ab",))
     roomy = engine.compose_history(Composer(), history, 1e-6).epsilon_bounds(1e-6)
     assert (roomy.lower, roomy.upper) == (first.lower, first.upper)
 
