@@ -47,6 +47,28 @@ LEAF_BUCKETS_AT_FULL_RESOLUTION = 2 ** 13 - 2
 #: largest |loss| a leaf resolves (e^t is formed directly there; beyond it, the
 #: infinity atoms); per-step epsilons up to several hundred stay finite
 LEAF_LOSS_RANGE = 600.0
+#: the ladders adaptive grids' spacings may lie on (``BucketOptions.spacing_base``):
+#: powers of two, and 3/4 of them (the query's levels between two halvings)
+SPACING_BASES = (1.0, 0.75)
+#: the level between two halvings: grids 3/4 as wide as the integer level below it
+#: (``Composer.refined``; levels are integers and integers plus this)
+THREE_QUARTER_LEVEL = math.log2(4.0 / 3.0)
+
+
+def level_parts(level: float) -> Tuple[int, bool]:
+    """(k, whether ``level`` is k + THREE_QUARTER_LEVEL) for a grid level; ValueError for
+    any other number."""
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)):
+        raise ValueError(f"level must be a number, got {level!r}")
+    whole = math.floor(level + 1e-9)
+    rest = level - whole
+    if abs(rest) < 1e-9:
+        return int(whole), False
+    if abs(rest - THREE_QUARTER_LEVEL) < 1e-9:
+        return int(whole), True
+    raise ValueError(f"level must be an integer or an integer plus log2(4/3), got {level!r}")
+
+
 #: prepared operands (coarsened, windowed, padded buckets) remembered per Composer:
 #: at most this many entries and about this many bytes of rows (``OperandMemo``)
 _OPERAND_MEMO_ENTRIES = 256
@@ -70,6 +92,10 @@ class BucketOptions:
     them at full resolution, ``engine.adaptive_epsilon_bounds``).  ``two_scale``: a
     pair whose leaf is far coarser than its loss's narrow bulk composes its bulk on a
     finer grid of its own (pb_accountant/two_scale.py; False: one grid, as before).
+    ``spacing_base``: adaptive grids' spacings are this times powers of two, so that
+    grids of different pairs align; 1 (the default), or 3/4 for the query's levels
+    between two halvings (``Composer.refined``; 3/4 is exact in binary, so every grid
+    point (i + offset) spacing stays exact).
     """
 
     number_of_buckets: Optional[int] = None
@@ -81,6 +107,7 @@ class BucketOptions:
     max_buckets: int = 2 ** 17 - 2
     halve_long_tails: bool = True
     two_scale: bool = True
+    spacing_base: float = 1.0
 
     def __post_init__(self):
         if self.number_of_buckets is not None:
@@ -99,6 +126,11 @@ class BucketOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
+        if (isinstance(self.spacing_base, bool)
+                or not isinstance(self.spacing_base, (int, float))
+                or self.spacing_base not in SPACING_BASES):
+            raise ValueError(f"spacing_base must be one of {SPACING_BASES}, got "
+                             f"{self.spacing_base!r}")
 
 
 #: delta class used when no target delta is given (curves, delta queries): it sizes the
@@ -172,7 +204,8 @@ def leaf_probe(pair: MechanismPair, budget: float, cap: float = LEAF_LOSS_RANGE)
 
 def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
               cap: float = LEAF_LOSS_RANGE, spread: Optional[float] = None) -> Grid:
-    """Leaf grid: a power-of-two spacing so that grids of different pairs align.
+    """Leaf grid: a spacing of ``spacing_base`` times a power of two (adaptive grids),
+    so that grids of different pairs align.
 
     Losses beyond ``cap`` go to the infinity atoms (sound): leaves form e^t directly.
     The paper's buckets use MAX_LOSS_RANGE / 8 so that their products stay in range.
@@ -196,14 +229,19 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
         return Grid(step, n)
     if spread is None:
         spread = leaf_spread(pair, budget, cap)
-    step = 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread, 1e-300)))
-    step = min(step, 2.0 ** math.ceil(math.log2(reach / 30.0)))
+    base = options.spacing_base
+    step = base * 2.0 ** math.floor(math.log2(max(options.leaf_resolution * spread / base,
+                                                  1e-300)))
+    step = min(step, base * 2.0 ** math.ceil(math.log2(reach / 30.0 / base)))
     # the grid follows the loss interval [lo, hi] (an offset centres it)
     clipped = lo < -cap or hi > cap
     lo, hi = max(lo, -cap), min(hi, cap)
     half = max((hi - lo) / 2.0, 1e-9)
-    if options.halve_long_tails and half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION:
-        step *= 2.0      # long thin tails: half the leaf resolution halves its cost
+    if options.halve_long_tails and half / step + 2 > LEAF_BUCKETS_AT_FULL_RESOLUTION / base:
+        # long thin tails: half the leaf resolution halves its cost (on a ladder 3/4 as
+        # wide, a leaf 4/3 as long is the one the integer level below halves: its
+        # spacing stays 3/4 of that level's, never coarser)
+        step *= 2.0
     while half / step + 2 > options.max_buckets:
         step *= 2.0
     offset = int(round((lo + hi) / 2.0 / step))
@@ -788,35 +826,45 @@ class Composer:
     def __setstate__(self, state):
         self.__init__(state["options"], state["cache_size"])
 
-    def refined(self, level: int, halve_long_tails: bool = True) -> "Optional[Composer]":
+    def refined(self, level: float, halve_long_tails: bool = True) -> "Optional[Composer]":
         """A Composer whose leaf and final resolutions are 2^-level of this one's (its own
         caches, made once; a negative level coarsens), or None where the grid is fixed
         by the options (``number_of_buckets`` or ``factor``): the grids an answer asks
         for when it needs more, or less, accuracy (``engine.adaptive_epsilon_bounds``).
+        ``level``: an integer, or an integer plus THREE_QUARTER_LEVEL, whose grids are
+        3/4 as wide as the integer's (``BucketOptions.spacing_base`` 3/4: every spacing
+        exactly 3/4 of the integer level's, the same rules sizing them).
         ``halve_long_tails`` False: its long-tailed leaves keep their full resolution
         (``BucketOptions.halve_long_tails``)."""
+        whole, three_quarter = level_parts(level)
         o = self.options
-        if level == 0 and halve_long_tails:
+        if whole == 0 and not three_quarter and halve_long_tails:
             return self
         if o.number_of_buckets is not None or o.factor is not None:
             return None
-        key = level if halve_long_tails else (level, False)
+        key = (whole, three_quarter) if halve_long_tails else (whole, three_quarter, False)
         with self._lock:
             finer = self._refined.get(key)
             if finer is None:
-                scale = 0.5 ** level
+                scale = 0.5 ** whole * (0.75 if three_quarter else 1.0)
+                base = o.spacing_base
+                if three_quarter:
+                    # (a base already at 3/4 keeps the powers of two: its levels between
+                    # two halvings need not be exactly 3/4 of the integer's)
+                    base = 0.75 if base == 1.0 else 1.0
                 # a finer level may use twice the bucket cap, so that a leaf the cap made
                 # coarser than its leaf_resolution gets finer too (it used to stay as
                 # coarse); not more: beyond 2^18 buckets the certified round-off of the
                 # larger transforms outgrows what the finer spacing gains at small delta
                 # (docs/method.md §3)
-                cap = o.max_buckets if level <= 0 else 2 * (o.max_buckets + 2) - 2
+                cap = o.max_buckets if scale >= 1.0 else 2 * (o.max_buckets + 2) - 2
                 finer = self._refined[key] = Composer(
                     dataclasses.replace(o, resolution=min(o.resolution * scale, 1.0),
                                         leaf_resolution=min(o.leaf_resolution * scale, 1.0),
                                         max_buckets=cap,
                                         halve_long_tails=o.halve_long_tails
-                                        and halve_long_tails),
+                                        and halve_long_tails,
+                                        spacing_base=base),
                     self._cache_size)
                 # a leaf's probe (its spread and moments) depends on its pair and budget,
                 # not on the resolutions: every level reads the same ones (each costs

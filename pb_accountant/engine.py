@@ -19,9 +19,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._validation import check_delta, check_epsilons
-from .composition import (DEFAULT_DELTA_CLASS, LEAF_BUCKETS_AT_FULL_RESOLUTION, BucketOptions,
-                          BucketSet, Composer, canonical_history, delta_class, fills_half,
-                          grouped_directions)
+from .composition import (DEFAULT_DELTA_CLASS, LEAF_BUCKETS_AT_FULL_RESOLUTION,
+                          THREE_QUARTER_LEVEL, BucketOptions, BucketSet, Composer,
+                          canonical_history, delta_class, fills_half, grouped_directions,
+                          level_parts)
 from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
@@ -279,6 +280,12 @@ MAX_PASSES = 3
 #: bracket to about (1 - 3/4 0.65) = 0.5 of itself.  Within twice the target that met it
 #: in 25 of 27 of those refinements, beyond it in 1 of 21
 SPLIT_FIRST = 2.0
+#: the split pair's share of what a refinement removes from a bracket that a near miss
+#: refined split pair first to 3/4 of the spacing counts on (``target_level``): the
+#: least of those 48 refinements, not their median (SPLIT_FIRST is about
+#: 1 / (1 - 3/4 0.65)), because where the split pair alone falls short there the
+#: groups are composed too, which costs more than the halving it replaces
+UPPER_SHARE = 0.51
 
 
 def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
@@ -293,6 +300,48 @@ def refinement_level(bounds: EpsilonBounds, aim: float = TARGET_WIDTH,
     if width <= TARGET_WIDTH:
         return 0
     return int(min(most, max(1, math.ceil(math.log(width / aim, 4.0)))))
+
+
+def target_level(level: float, bounds: EpsilonBounds, split_first: bool = True
+                 ) -> Optional[float]:
+    """The level a bracket ``bounds`` computed on ``level``'s grids is refined to, or None
+    where it meets TARGET_WIDTH (or has an infinite or zero upper bound).
+
+    Levels are integers (halvings of both resolutions) and, from the default grids on,
+    the levels between them, integers plus THREE_QUARTER_LEVEL (grids 3/4 as wide,
+    ``Composer.refined``), up to MAX_REFINEMENT (coarse levels are cheap first passes,
+    not answers).  From a start coarser than COARSE_LEVEL (SHORT_HISTORY_LEVEL) the
+    prediction reaches over four levels and more, and is the least reliable there (a
+    leaf halved on finer grids only, answers a few buckets wide): it keeps the integer
+    levels, whose rounding up leaves more room (random-suite seed 5's #168, two steps:
+    from -4 the level between predicted to meet the target missed it 4-fold, and the
+    query ran out of passes).  A bracket's width shrinks as the square of the spacing, by
+    4^-(L - level) on level L; the first level predicted to meet the target is taken, so
+    a width a little above it refines to 3/4 of the spacing (1.8 times fewer buckets
+    than a halving), not to half.  A near miss refined split pair first
+    (``_refined_bounds``, ``split_first``) takes the level between two halvings only
+    where the split pair alone is predicted to meet the target there (UPPER_SHARE of
+    the bracket shrinking), else one halving: otherwise the groups would be composed
+    there too, which costs more than the split pair alone one halving finer."""
+    if refinement_level(bounds) == 0:
+        return None
+    width = bounds.width
+    whole = level_parts(level)[0]
+    between = level >= COARSE_LEVEL       # (from deeper starts: integer levels only)
+    candidates = [c for k in range(whole, MAX_REFINEMENT + 1)
+                  for c in ((k, k + THREE_QUARTER_LEVEL) if k >= 0 and between else (k,))
+                  if level + 1e-9 < c <= MAX_REFINEMENT + 1e-9]
+    if not candidates:
+        return None
+    if split_first and width <= SPLIT_FIRST * TARGET_WIDTH:
+        shrink = 1.0 - (1.0 - 4.0 ** (level - candidates[0])) * UPPER_SHARE
+        if width * shrink <= TARGET_WIDTH:
+            return candidates[0]
+        return min(level + 1, MAX_REFINEMENT)        # one halving, as always
+    for c in candidates:
+        if width * 4.0 ** (level - c) <= TARGET_WIDTH:
+            return c
+    return candidates[-1]
 
 
 def _first_level(composer: Composer, history, delta: Optional[float]) -> int:
@@ -322,10 +371,11 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
     (``_first_level``: COARSE_LEVEL or, for short histories, SHORT_HISTORY_LEVEL
     halvings; ``composer``'s own follow where that coarse pass certifies no finite
     upper bound or reaches the floating-point range, COARSE_PASS_LIMITS).  While the
-    relative width exceeds TARGET_WIDTH the bounds are computed again with the leaf and
-    final resolutions halved as often as ``refinement_level`` predicts (``Composer.refined``: finer
-    levels also have twice the bucket cap; a bracket near the target refines its upper
-    bound alone first, ``_refined_bounds``), up to MAX_REFINEMENT halvings of
+    relative width exceeds TARGET_WIDTH the bounds are computed again on the first finer
+    level predicted to meet it (``target_level``: a halving of the leaf and final
+    resolutions, or 3/4 of the spacing; ``Composer.refined``: finer levels also have
+    twice the bucket cap; a bracket near the target refines its upper bound alone
+    first, ``_refined_bounds``), up to MAX_REFINEMENT halvings of
     ``composer``'s and MAX_PASSES grids, but not where no leaf grid would get finer
     (``_refines_no_leaf``); a bracket still too wide on the finest grids gets one more
     pass there with every long-tailed leaf at full resolution (``_unhalved``), if a pass
@@ -371,10 +421,10 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                 continue
             stop = f"its grids are the finest allowed ({MAX_REFINEMENT} halvings)"
             break
-        halvings = refinement_level(best, TARGET_WIDTH, MAX_REFINEMENT - level)
-        if halvings == 0:
+        target = target_level(level, best, split_first)
+        if target is None:
             break
-        finer = composer.refined(min(level + halvings, MAX_REFINEMENT))
+        finer = composer.refined(target)
         if finer is None:
             stop = "its grid is fixed by number_of_buckets or factor"
             break
@@ -384,7 +434,7 @@ def adaptive_epsilon_bounds(composer: Composer, history, delta: float,
                     "buckets: a long, thin tail, as at small sampling rates), so the next "
                     "level would refine the final grid alone")
             break
-        level = min(level + halvings, MAX_REFINEMENT)
+        level = target
         best = _refined_bounds(best, finer, history, delta, symmetric, split_first)
     else:
         stop = (f"its grids are the finest allowed ({MAX_REFINEMENT} halvings)"

@@ -119,7 +119,8 @@ def two_scale_leaf(pair, leaf: SplitBuckets, options: BucketOptions) -> Optional
     sd = math.sqrt(max(math.fsum(inside * (t[: i + 1] - mu) ** 2) / m, 0.0))
     if not sd > 0:
         return None
-    h = 2.0 ** math.floor(math.log2(options.leaf_resolution * sd))
+    base = options.spacing_base          # (the leaf's ladder: H / h a power of two)
+    h = base * 2.0 ** math.floor(math.log2(options.leaf_resolution * sd / base))
     h = max(h, H / MAX_SCALE_RATIO)
     if h * MIN_SCALE_RATIO > H:
         return None

@@ -11,6 +11,7 @@ import pytest
 
 from _optional import HealthCheck, given, settings, st
 from pb_accountant import DiscretePair, compose
+from pb_accountant.composition import THREE_QUARTER_LEVEL, Composer
 from conftest import product_pair
 
 ALL_METHODS = ("split", "grouped", "paper")
@@ -39,9 +40,9 @@ def slack(value, ref_error):
     return REL * abs(value) + ref_error + FLOOR
 
 
-def check_brackets(pairs, counts, fixed, epsilons):
+def check_brackets(pairs, counts, fixed, epsilons, composer=None):
     mechs = [(DiscretePair(tuple(a), tuple(b)), c) for (a, b), c in zip(pairs, counts)]
-    pb = compose(mechs, methods=ALL_METHODS, number_of_buckets=fixed)
+    pb = compose(mechs, methods=ALL_METHODS, number_of_buckets=fixed, composer=composer)
     flat = [p for p, c in zip(pairs, counts) for _ in range(c)]
     pa, pbv = product_pair(flat)
     eps = np.array(sorted(epsilons))
@@ -113,6 +114,16 @@ def test_bounds_bracket_bruteforce(seq, epsilons):
     check_brackets(pairs, counts, fixed, epsilons)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sequence(), st.lists(st.floats(0.0, 3.0), min_size=3, max_size=3))
+def test_three_quarter_grids_bracket_bruteforce(seq, epsilons):
+    """The grids between two halvings (spacings 3/4 times powers of two,
+    ``Composer.refined``) bracket the same products."""
+    pairs, counts, _ = seq
+    check_brackets(pairs, counts, None, epsilons,
+                   composer=Composer().refined(THREE_QUARTER_LEVEL))
+
+
 def _rare(p_event, q_event):
     """A two-outcome pair whose distinguishing mass is tiny: delta near p_event."""
     return (np.array([1.0 - p_event, p_event]), np.array([1.0 - q_event, q_event]))
@@ -127,5 +138,8 @@ def _rare(p_event, q_event):
 ])
 def test_bounds_bracket_deltas_near_1e_14(pairs, counts, fixed):
     exact = check_brackets(pairs, counts, fixed, [0.0, 0.5, 2.0])
+    if fixed is None:
+        check_brackets(pairs, counts, None, [0.0, 0.5, 2.0],
+                       composer=Composer().refined(THREE_QUARTER_LEVEL))
     assert np.all((exact > 1e-16) & (exact < 1e-12)) or len(pairs) > 1
     assert exact[-1] < 1e-12                           # an absolute 1e-15 would be vacuous

@@ -140,7 +140,9 @@ def _scripted_passes(monkeypatch, width_at):
     seen = []
 
     def scripted(composer, history, delta, symmetric):
-        level = round(math.log2(Composer().options.resolution / composer.options.resolution))
+        level = math.log2(Composer().options.resolution / composer.options.resolution)
+        if abs(level - round(level)) < 1e-9:          # (else a three-quarter level)
+            level = round(level)
         seen.append(level)
         width = width_at(level)
         if width is None:
@@ -284,7 +286,9 @@ def test_a_bracket_too_wide_on_the_finest_grids_gets_its_leaves_at_full_resoluti
     seen = []
 
     def scripted(composer, history, delta, symmetric):
-        level = round(math.log2(Composer().options.resolution / composer.options.resolution))
+        level = math.log2(Composer().options.resolution / composer.options.resolution)
+        if abs(level - round(level)) < 1e-9:          # (else a three-quarter level)
+            level = round(level)
         seen.append((level, composer.options.halve_long_tails))
         if level < engine.MAX_REFINEMENT:
             width = 20 * TARGET_WIDTH
@@ -404,7 +408,10 @@ def test_a_long_run_with_a_capped_leaf_gets_tighter():
     first = _two_sided_bounds(Composer(), [(SubsampledGaussian(0.8, 1e-5), 10 ** 7)], 1e-5,
                               False)
     assert max(first.lower, b.lower) <= min(first.upper, b.upper)
-    assert _width(first) > 2.5 * _width(b)
+    assert _width(b) <= TARGET_WIDTH < _width(first)
+    level1 = _two_sided_bounds(Composer().refined(1),
+                               [(SubsampledGaussian(0.8, 1e-5), 10 ** 7)], 1e-5, False)
+    assert _width(first) > 2.5 * _width(level1)
 
 
 def _note(bounds):
@@ -582,15 +589,19 @@ NEAR_MISS_DELTA = 1.2402498826570343e-14
 
 
 def test_a_near_miss_refines_the_split_pair_alone(monkeypatch):
-    """A bracket within SPLIT_FIRST times the target: one halving of the split pair's
-    grids brings its upper bound close enough to the first pass's lower bound, so the
-    groups are not composed again.  The answer's upper bound is the finer grids' (the
-    same as a full refinement's), its lower bound the first pass's."""
+    """A bracket within SPLIT_FIRST times the target: the split pair's grids at 3/4 of
+    the spacing (the level between two halvings: this bracket is just above the target)
+    bring its upper bound close enough to the first pass's lower bound, so the groups
+    are not composed again.  The answer's upper bound is the finer grids' (the same as a
+    full refinement's), its lower bound the first pass's."""
     from pb_accountant import engine
+    from pb_accountant.composition import THREE_QUARTER_LEVEL
     c = Composer()
     first = engine._two_sided_bounds(c, NEAR_MISS, NEAR_MISS_DELTA, False)
     assert TARGET_WIDTH < _width(first) <= engine.SPLIT_FIRST * TARGET_WIDTH
-    full = engine._two_sided_bounds(c.refined(1), NEAR_MISS, NEAR_MISS_DELTA, False)
+    assert engine.target_level(0, first) == THREE_QUARTER_LEVEL
+    full = engine._two_sided_bounds(c.refined(THREE_QUARTER_LEVEL), NEAR_MISS,
+                                    NEAR_MISS_DELTA, False)
     real = engine._two_sided_bounds
     passes = []
 
@@ -650,8 +661,12 @@ def test_a_caller_of_the_lower_bound_alone_refines_both_bounds(monkeypatch):
     """``split_first=False`` (the shuffle bracket's lower bound reads ``.lower`` alone):
     a near miss is refined with both bounds, so the lower bound is the finer grids'."""
     from pb_accountant import engine
+    from pb_accountant.composition import THREE_QUARTER_LEVEL
     c = Composer()
-    full = engine._two_sided_bounds(c.refined(1), NEAR_MISS, NEAR_MISS_DELTA, False)
+    first = engine._two_sided_bounds(c, NEAR_MISS, NEAR_MISS_DELTA, False)
+    assert engine.target_level(0, first, split_first=False) == THREE_QUARTER_LEVEL
+    full = engine._two_sided_bounds(c.refined(THREE_QUARTER_LEVEL), NEAR_MISS,
+                                    NEAR_MISS_DELTA, False)
 
     def refused(*args):
         raise AssertionError("the split pair alone was refined")
