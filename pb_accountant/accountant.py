@@ -91,7 +91,7 @@ class PrivacyBucketsAccountant:
     def __init__(self, sampler: str = "poisson", neighbouring: str = "add_remove",
                  dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
                  **options: Any):
-        known = [f.name for f in dataclasses.fields(BucketOptions)]
+        known = _option_names()
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise ValueError(f"unknown option(s) {unknown!r} for PrivacyBucketsAccountant; "
@@ -246,7 +246,7 @@ class PrivacyBucketsAccountant:
     def _check_options(self, options) -> None:
         if not isinstance(options, _MappingABC):
             raise ValueError(f"state_dict['options'] must be a mapping, got {options!r}")
-        known = {f.name for f in dataclasses.fields(BucketOptions)}
+        known = set(_option_names())
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"state_dict['options'] has unknown option(s) {unknown!r}; "
@@ -426,9 +426,21 @@ class PrivacyBucketsAccountant:
         return tb.tpr_lower, tb.tpr_upper
 
 
+#: BucketOptions fields the engine sets for itself, never a user: ``spacing_base`` (the
+#: query's levels between two halvings, ``Composer.refined``).  Left out of the
+#: constructor's options and of ``state_dict``, so a checkpoint stays readable by the
+#: versions before it
+_ENGINE_OPTIONS = ("spacing_base",)
+
+
+def _option_names() -> List[str]:
+    """The options a user may give (BucketOptions' fields but the engine's own)."""
+    return [f.name for f in dataclasses.fields(BucketOptions) if f.name not in _ENGINE_OPTIONS]
+
+
 def _options_dict(options: BucketOptions) -> dict:
     """The constructor options as a JSON-serialisable dict."""
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    return {name: getattr(options, name) for name in _option_names()}
 
 
 def _validated_entry(entry, i: int) -> Tuple[float, float, int]:

@@ -55,11 +55,16 @@ SPACING_BASES = (1.0, 0.75)
 THREE_QUARTER_LEVEL = math.log2(4.0 / 3.0)
 
 
+#: the largest |level| a Composer refines or coarsens to (the engine uses -4..2)
+MAX_LEVEL = 30
+
+
 def level_parts(level: float) -> Tuple[int, bool]:
     """(k, whether ``level`` is k + THREE_QUARTER_LEVEL) for a grid level; ValueError for
     any other number."""
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)):
-        raise ValueError(f"level must be a number, got {level!r}")
+    if (isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating))
+            or not abs(level) <= MAX_LEVEL):
+        raise ValueError(f"level must be a number in [-{MAX_LEVEL}, {MAX_LEVEL}], got {level!r}")
     whole = math.floor(level + 1e-9)
     rest = level - whole
     if abs(rest) < 1e-9:

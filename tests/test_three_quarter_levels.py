@@ -187,3 +187,50 @@ def test_target_levels_follow_the_width():
     assert target_level(TQ, _bounds(1.5 * TARGET_WIDTH)) == 1 + TQ
     assert target_level(0, _bounds(1.35 * TARGET_WIDTH)) == 1     # (UPPER_SHARE 0.51)
     assert target_level(1 + TQ, _bounds(1.9 * TARGET_WIDTH)) == 2
+
+
+def test_odd_levels_are_refused_by_name():
+    for bad in (math.nan, math.inf, -math.inf, 2000, -2000, 1e300):
+        with pytest.raises(ValueError, match="level"):
+            Composer().refined(bad)
+
+
+def test_spacing_base_is_the_engines_own():
+    """Users do not set the ladder (a root on 3/4 would make the levels between two
+    halvings coarser, not finer), and checkpoints leave it out, so the versions before it
+    still read them."""
+    from pb_accountant import PrivacyBucketsAccountant
+    with pytest.raises(ValueError, match="spacing_base"):
+        PrivacyBucketsAccountant(spacing_base=0.75)
+    acc = PrivacyBucketsAccountant()
+    acc.step(noise_multiplier=1.0, sample_rate=0.01)
+    state = acc.state_dict()
+    assert "spacing_base" not in state["options"]
+    other = PrivacyBucketsAccountant()
+    other.load_state_dict(state)
+    bad = dict(state, options=dict(state["options"], spacing_base=0.75))
+    with pytest.raises(ValueError, match="spacing_base"):
+        PrivacyBucketsAccountant().load_state_dict(bad)
+
+
+def test_histories_with_loss_atoms_refine_by_whole_halvings(monkeypatch):
+    """A Laplace pair's atoms (losses at multiples of 1/b) lie on powers of two, not on
+    3/4 of them: such a history's levels stay whole (on 3/4 of the spacing its bracket
+    was wider than level 0's)."""
+    from pb_accountant import engine
+    history = [(Laplace(0.25), 72), (Gaussian(30.0), 146)]
+    delta = 1.325e-12
+    first = _two_sided_bounds(Composer(), history, delta, False)
+    assert first.width > TARGET_WIDTH
+    seen = []
+    for name in ("_two_sided_bounds", "_upper_bound"):
+        real = getattr(engine, name)
+
+        def recording(composer, *args, real=real):
+            seen.append(math.log2(0.015 / composer.options.resolution))
+            return real(composer, *args)
+        monkeypatch.setattr(engine, name, recording)
+    best = engine.adaptive_epsilon_bounds(Composer(), history, delta)
+    assert len(seen) >= 2 and all(abs(v - round(v)) < 1e-9 for v in seen)
+    assert 0 < best.width <= TARGET_WIDTH
+    assert target_level(0, first, between=False) in (1, 2)
