@@ -142,6 +142,16 @@ def _dot(a, b) -> float:
     return float(np.einsum("i,i->", a, b))
 
 
+def _widened(rows: np.ndarray, k: int) -> np.ndarray:
+    """``rows`` with k zero columns added on each side (``np.pad``'s result, without its
+    per-call overhead, which small grids' compositions paid many times per query)."""
+    if k < 0:
+        raise RuntimeError(f"internal error: a grid cannot be widened by {k} buckets")
+    out = np.zeros((rows.shape[0], rows.shape[1] + 2 * k), dtype=rows.dtype)
+    out[:, k:k + rows.shape[1]] = rows
+    return out
+
+
 def _ceil_half(j):
     return -((-j) // 2)
 
@@ -509,7 +519,7 @@ class SplitBuckets(BucketRepresentation):
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
-        rows = np.pad(self.rows, ((0, 0), (k, k)))
+        rows = _widened(self.rows, k)
         return SplitBuckets(self.grid.with_buckets(n), rows, self.a_inf, self.b_minf,
                             self.error, self.compositions, self.overflow, self.relative)
 
@@ -668,11 +678,13 @@ class SplitBuckets(BucketRepresentation):
 
         # A-mass at indices >= i is from_top[size - 1 - i]; the last i where it exceeds
         # tail is the first such position of from_top (B likewise, from the bottom)
-        from_top = np.cumsum((B if focus == "ba" else A)[::-1]) > tail
-        below = np.cumsum(A if focus == "ab" else B) > tail   # mass at indices <= i
-        j = int(np.argmax(from_top))
+        # (the arrays' own methods: numpy's function wrappers cost more than these
+        # reductions of small grids)
+        from_top = (B if focus == "ba" else A)[::-1].cumsum() > tail
+        below = (A if focus == "ab" else B).cumsum() > tail   # mass at indices <= i
+        j = int(from_top.argmax())
         hi = loss(size - 1 - j) if from_top[j] else loss(size // 2)
-        k = int(np.argmax(below))
+        k = int(below.argmax())
         lo = loss(k) if below[k] else loss(size // 2)
         return min(lo, hi), max(lo, hi)
 
@@ -970,7 +982,7 @@ class GroupedBuckets(BucketRepresentation):
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
-        return self._with(self.grid.with_buckets(n), np.pad(self.rows, ((0, 0), (k, k))),
+        return self._with(self.grid.with_buckets(n), _widened(self.rows, k),
                           self.error)
 
     def compose_full(self, other: "GroupedBuckets", tolerance: float = 0.0) -> "GroupedBuckets":
@@ -1418,7 +1430,7 @@ class PaperBuckets(BucketRepresentation):
         k = n - self.grid.number_of_buckets
         if k == 0:
             return self
-        return PaperBuckets(self.grid.with_buckets(n), np.pad(self.rows, ((0, 0), (k, k))),
+        return PaperBuckets(self.grid.with_buckets(n), _widened(self.rows, k),
                             self.a_inf, self.u, self.error, self.compositions, self.direction,
                             self.relative)
 

@@ -23,6 +23,7 @@ a safety factor of 4; tests compare the bounds with exact rational convolutions.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import os
@@ -69,13 +70,16 @@ def _smooth_lengths(limit: int) -> np.ndarray:
 #: the transform lengths (5-smooth, the lengths pocketfft's real transforms take in
 #: radix-2, 3, 4 and 5 passes), up to 2^50
 _SMOOTH = _smooth_lengths(1 << 50)
+#: the same, as Python ints (looked up by ``bisect``: a scalar search in a numpy array
+#: costs more than the small transforms it sizes)
+_SMOOTH_INTS = tuple(int(v) for v in _SMOOTH)
 
 
 def smooth_length(n: int) -> int:
     """The least 5-smooth integer at least ``n`` (n at most 2^50)."""
-    if not 0 <= n <= _SMOOTH[-1]:
+    if not 0 <= n <= _SMOOTH_INTS[-1]:
         raise ValueError(f"transform length must be in [0, 2^50], got {n!r}")
-    return int(_SMOOTH[int(np.searchsorted(_SMOOTH, max(int(n), 1)))])
+    return _SMOOTH_INTS[bisect.bisect_left(_SMOOTH_INTS, max(int(n), 1))]
 
 
 def fft_length(length: int) -> int:

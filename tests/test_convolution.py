@@ -311,6 +311,11 @@ def test_transform_lengths_are_the_least_5_smooth():
         assert not any(smooth(k) for k in range(least, n)), length
         assert fft_stages(n) >= np.log2(n) - 1e-12
     assert smooth_length(1) == 1 and smooth_length(2 ** 40) == 2 ** 40
+    assert smooth_length(0) == 1 and smooth_length(2 ** 50) == 2 ** 50
+    assert smooth_length(2 ** 50 - 1) == 2 ** 50 and smooth_length(np.int64(7)) == 8
+    for bad in (-1, 2 ** 50 + 1):
+        with pytest.raises(ValueError, match="transform length"):
+            smooth_length(bad)
     for k in range(1, 40):
         assert fft_stages(2 ** k) == k
     for bad in (7, 14, 2 ** 10 * 11):

@@ -99,7 +99,15 @@ def test_restricted_padded_squared_keep_the_interface(name):
         kept = full.restricted(window, (0.5, -0.5))
         assert kept.grid == window
         assert full.restricted(full.grid, (0.0, 0.0)).grid == full.grid
-        assert kept.padded(80).grid.number_of_buckets == 80
+        wide = kept.padded(80)
+        assert wide.grid.number_of_buckets == 80
+        # the same rows numpy's pad gives: the kept buckets centred, zeros around them
+        k = 80 - window.number_of_buckets
+        assert np.array_equal(wide.rows, np.pad(kept.rows, ((0, 0), (k, k))))
+        assert wide.rows.dtype == kept.rows.dtype
+        assert kept.padded(window.number_of_buckets) is kept
+        with pytest.raises(RuntimeError, match="widened"):
+            kept.padded(window.number_of_buckets - 2)
         sq = kept.squared()
         assert sq.grid.log_factor == 2.0 * window.log_factor
         assert sq.compositions == 2
