@@ -427,10 +427,11 @@ class PrivacyBucketsAccountant:
 
 
 #: BucketOptions fields the engine sets for itself, never a user: ``spacing_base`` (the
-#: query's levels between two halvings, ``Composer.refined``).  Left out of the
+#: query's levels between two halvings, ``Composer.refined``) and ``graded_leaves``
+#: (a switch for comparisons; graded leaves are as certified as the others).  Left out of the
 #: constructor's options and of ``state_dict``, so a checkpoint stays readable by the
 #: versions before it
-_ENGINE_OPTIONS = ("spacing_base",)
+_ENGINE_OPTIONS = ("spacing_base", "graded_leaves")
 
 
 def _option_names() -> List[str]:

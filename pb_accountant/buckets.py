@@ -336,6 +336,151 @@ def leaf_masses(pair, cuts, spacing: float):
     return a, b, ea, eb, np.zeros(len(cuts))
 
 
+def _cut_positions(grid: Grid, cuts):
+    """Positions on ``grid`` of the cut points at absolute indices ``cuts`` (increasing,
+    inside the grid) and the widths t_k - t_{k-1} of the buckets between them (exact:
+    differences of grid points)."""
+    cuts = np.asarray(cuts, dtype=np.int64)
+    pos = cuts - (grid.offset - grid.number_of_buckets)
+    if (len(cuts) < 2 or np.any(np.diff(cuts) <= 0) or pos[0] < 0
+            or pos[-1] >= grid.size):
+        raise RuntimeError(f"internal error: cut points {cuts!r} are not increasing points "
+                           f"of {grid!r}")
+    return pos, np.diff(cuts).astype(float) * grid.log_factor
+
+
+def _expm1_of(widths):
+    """(expm1(w), -expm1(-w)) per entry of ``widths``, each distinct width's formed by
+    ``math.expm1`` as a uniform grid's spacing is."""
+    fm1 = np.empty(len(widths))
+    em1 = np.empty(len(widths))
+    for w in np.unique(widths).tolist():
+        at = widths == w
+        fm1[at] = math.expm1(w)
+        em1[at] = -math.expm1(-w)
+    return fm1, em1
+
+
+def _displaced_share(sh, em1):
+    """Share of an atom displaced by ``sh`` past a point that goes one point further
+    (exact split of an atom at t + s between t and t + w, -expm1(-w) = ``em1``,
+    rounded up)."""
+    return np.where(sh > 0, np.minimum(-np.expm1(-sh) / em1 * (1.0 + 1e-9) + 4.0 * _U, 1.0),
+                    0.0)
+
+
+def _split_leaf_rows(t, d: float, widths, a, b, ea, eb, shift=None):
+    """``SplitBuckets.from_masses`` on the points ``t`` (K of them; bucket k = 1..K-1
+    the interval (t_{k-1}, t_k], of width ``d``, or ``widths[k - 1]`` where given, the
+    displacements at most 1% of ``d``): (rows, a_inf, b_minf, error, relative)."""
+    K = len(t)
+    if widths is None:
+        fm1 = math.expm1(d)
+        em1 = -math.expm1(-d)
+        em1_up = em1_down = em1
+    else:
+        # per bucket k = 1..K-1 (t_k - t_{k-1}, exact: grid points); each distinct
+        # width's expm1 formed as the uniform grid's is
+        fm1, em1 = _expm1_of(widths)
+        # an atom displaced past point j is split with the point beyond it: up (A)
+        # over the next bucket, down (B) over the one below (past the ends: the
+        # end bucket's width, a finite stand-in for the infinity atom, which takes
+        # a larger share than the atom's exact split with it)
+        em1_up = np.append(em1, em1[-1])
+        em1_down = np.insert(em1, 0, em1[0])
+    f = fm1 + 1.0
+    sh = np.zeros(K) if shift is None else np.asarray(shift, dtype=float)
+    if np.any(sh > 0.01 * d) or not np.all(np.isfinite(sh)):
+        raise RuntimeError("internal error: from_masses needs displacements below 1% "
+                           "of the spacing (leaf_masses falls back)")
+    A = np.zeros(K + 1)                           # index K: the +inf atom
+    B = np.zeros(K + 1)                           # index 0: the -inf atom
+    ai, bi = a[1:-1], b[1:-1]                      # bucket (t_{k-1}, t_k], k = 1..2n
+    ti = t[1:]
+    et = np.exp(ti)
+    ci = bi * et                                   # B-mass scaled to A units at t_k
+    beta = (ai * f - ci) / fm1                     # A-mass sent up to t_k
+    # |beta - beta*| (beta* of the exact masses) plus the A-mass error of the bucket:
+    # the A row rounds beta up, the B row down, so that the reference rows below
+    # (computed rows scaled by a*/a per bucket) dominate the exact split; the split
+    # on the widened points differs from beta by at most
+    # a (e^{s_lo} - 1) / (1 - e^{-d}) + a (e^{s_hi} - 1) / (e^d - 1) (to first order;
+    # a factor 2 covers the rest while shift <= 1% of d)
+    s_lo, s_hi = sh[:-1], sh[1:]
+    ea_i = ea[1:-1]
+    held = ai > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ra = ea_i / ai                             # ea / a where a > 0, else 0
+    np.copyto(ra, 0.0, where=~held)
+    ra *= 1 + 1e-9
+    # (expm1 of the shifts once, read at both ends of each bucket)
+    grow = np.expm1(sh)
+    slack = (((ea_i * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
+             + 2.0 * ea_i
+             + 2.0 * ai * (grow[:-1] / em1 + grow[1:] / fm1)) * (1.0 + 1e-9)
+    beta_up = np.clip(beta + slack, 0.0, ai)       # A row: toward the higher loss
+    beta_down = np.clip(beta - slack, 0.0, ai)     # B row: toward the lower loss
+    # (temporaries are freed once dead, here and below: later ones reuse their
+    # memory instead of growing the heap)
+    del ci, beta, grow, slack
+    alpha_up, alpha_down = ai - beta_up, ai - beta_down
+    # share of an atom displaced by s past a grid point that goes one point further
+    # (exact split of an atom at t + s between t and t + d, rounded up)
+    lam_up = _displaced_share(sh, em1_up)
+    lam_dn = lam_up if em1_down is em1_up else _displaced_share(sh, em1_down)
+    lam_hi, lam_lo = lam_up[1:], lam_dn[:-1]
+    down = np.exp(-t[:-1] + s_lo)                  # B-mass per A-mass at t_{k-1} - s
+    # A row: alpha at t_{k-1}; beta at t_k + s_hi -> t_k and t_{k+1} (index K: +inf)
+    A[:-2] += alpha_up
+    A[1:-1] += beta_up * (1.0 - lam_hi)
+    A[2:] += beta_up * lam_hi
+    # B row (index j + 1 holds t_j, index 0 holds -inf): beta at t_k; alpha's
+    # B-mass at t_{k-1} - s_lo -> t_{k-1} and t_{k-2}
+    Bb = alpha_down * down
+    B[1:-1] += Bb * (1.0 - lam_lo)
+    B[:-2] += Bb * lam_lo
+    B[2:] += beta_down / et
+    # entrywise: the reference differs by a*/a - 1 (<= ra) per bucket, plus the
+    # roundings of the shares (3u); a bucket whose computed A-mass is 0 may hold up
+    # to ea, placed pessimistically (at both points it may reach)
+    lost = np.where(held, 0.0, ea_i)
+    eA = np.zeros(K + 1)
+    eB = np.zeros(K + 1)
+    eA[:-2] += alpha_up * ra
+    eA[1:-1] += beta_up * (1.0 - lam_hi) * (ra + 3.0 * _U) + lost
+    eA[2:] += beta_up * lam_hi * (ra + 3.0 * _U) + lost
+    eB[1:-1] += Bb * (1.0 - lam_lo) * (ra + 3.0 * _U) + lost * down
+    eB[:-2] += Bb * lam_lo * (ra + 3.0 * _U) + lost * down
+    eB[2:] += beta_down / et * ra
+    del et, ra, beta_up, beta_down, alpha_up, alpha_down, Bb, lost, down
+    # corner buckets: L <= t_{-n} + s (paper's S_{-n}) and L > t_n - s (S_inf): the
+    # exact split onto (-inf, t_{-n} + s) and (t_n - s, +inf), then as above
+    bottom, top = math.exp(-t[0] - sh[0]), math.exp(t[-1] - sh[-1])
+    A[0] += a[0] * (1.0 - lam_up[0])
+    A[1] += a[0] * lam_up[0]
+    eA[0] += ea[0] + a[0] * 3.0 * _U
+    eA[1] += ea[0] + a[0] * 3.0 * _U
+    B[1] += a[0] * bottom
+    eB[1] += ea[0] * bottom
+    b_minf = max(0.0, b[0] - a[0] * bottom) + eb[0] + ea[0] * bottom
+    B[-1] += b[-1] * (1.0 - lam_dn[-1])
+    B[-2] += b[-1] * lam_dn[-1]
+    eB[-1] += eb[-1] + b[-1] * 3.0 * _U
+    eB[-2] += eb[-1] + b[-1] * 3.0 * _U
+    A[-2] += b[-1] * top
+    eA[-2] += eb[-1] * top
+    a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top + A[-1] + eA[-1]
+    b_minf = b_minf + B[0] + eB[0]
+    A, eA = A[:-1], eA[:-1]
+    B, eB = B[1:], eB[1:]
+    # + masses that may have underflowed (each below 1e-300) and the exponentials'
+    # rounding (relative, in _leaf_errors)
+    rows = np.vstack([A, B])
+    del A, B
+    rel, error = _leaf_errors(rows, (eA, eB), (1e-300 * len(t), 1e-300 * len(t)))
+    return rows, a_inf, b_minf, error, rel
+
+
 # --------------------------------------------------------------------------- split
 @dataclass(frozen=True, eq=False)
 class SplitBuckets(BucketRepresentation):
@@ -369,7 +514,7 @@ class SplitBuckets(BucketRepresentation):
         return (cls.from_masses(grid, *masses),)
 
     @staticmethod
-    def from_masses(grid: Grid, a, b, ea, eb, shift=None) -> "SplitBuckets":
+    def from_masses(grid: Grid, a, b, ea, eb, shift=None, cuts=None) -> "SplitBuckets":
         """Split bucket masses (K+1 intervals of ``grid.losses``, with absolute error
         bounds ``ea``, ``eb``) onto the grid points.
 
@@ -380,102 +525,22 @@ class SplitBuckets(BucketRepresentation):
         (its upper atom at t_k + shift is split again between t_k and t_{k+1}), the B row
         toward the lower loss (its lower atom likewise between t_{k-1} and t_{k-2}),
         so both rows still dominate (docs/method.md §4).
+
+        ``cuts`` (graded leaves, pb_accountant/graded_leaves.py): the absolute indices of
+        the points the events were cut at, a subset of the grid's (default: every
+        point); each bucket is then split between its own two cuts and the atoms placed
+        at their points, the others left empty (exact: every atom keeps its loss).
         """
-        t = grid.losses
-        d = grid.log_factor
-        fm1 = math.expm1(d)
-        em1 = -math.expm1(-d)
-        f = fm1 + 1.0
-        K = grid.size
-        sh = np.zeros(K) if shift is None else np.asarray(shift, dtype=float)
-        if np.any(sh > 0.01 * d) or not np.all(np.isfinite(sh)):
-            raise RuntimeError("internal error: from_masses needs displacements below 1% "
-                               "of the spacing (leaf_masses falls back)")
-        A = np.zeros(K + 1)                           # index K: the +inf atom
-        B = np.zeros(K + 1)                           # index 0: the -inf atom
-        ai, bi = a[1:-1], b[1:-1]                      # bucket (t_{k-1}, t_k], k = 1..2n
-        ti = t[1:]
-        et = np.exp(ti)
-        ci = bi * et                                   # B-mass scaled to A units at t_k
-        beta = (ai * f - ci) / fm1                     # A-mass sent up to t_k
-        # |beta - beta*| (beta* of the exact masses) plus the A-mass error of the bucket:
-        # the A row rounds beta up, the B row down, so that the reference rows below
-        # (computed rows scaled by a*/a per bucket) dominate the exact split; the split
-        # on the widened points differs from beta by at most
-        # a (e^{s_lo} - 1) / (1 - e^{-d}) + a (e^{s_hi} - 1) / (e^d - 1) (to first order;
-        # a factor 2 covers the rest while shift <= 1% of d)
-        s_lo, s_hi = sh[:-1], sh[1:]
-        ea_i = ea[1:-1]
-        held = ai > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ra = ea_i / ai                             # ea / a where a > 0, else 0
-        np.copyto(ra, 0.0, where=~held)
-        ra *= 1 + 1e-9
-        # (expm1 of the shifts once, read at both ends of each bucket)
-        grow = np.expm1(sh)
-        slack = (((ea_i * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1
-                 + 2.0 * ea_i
-                 + 2.0 * ai * (grow[:-1] / em1 + grow[1:] / fm1)) * (1.0 + 1e-9)
-        beta_up = np.clip(beta + slack, 0.0, ai)       # A row: toward the higher loss
-        beta_down = np.clip(beta - slack, 0.0, ai)     # B row: toward the lower loss
-        # (temporaries are freed once dead, here and below: later ones reuse their
-        # memory instead of growing the heap)
-        del ci, beta, grow, slack
-        alpha_up, alpha_down = ai - beta_up, ai - beta_down
-        # share of an atom displaced by s past a grid point that goes one point further
-        # (exact split of an atom at t + s between t and t + d, rounded up)
-        lam = np.where(sh > 0, np.minimum(-np.expm1(-sh) / em1 * (1.0 + 1e-9) + 4.0 * _U,
-                                          1.0), 0.0)
-        lam_hi, lam_lo = lam[1:], lam[:-1]
-        down = np.exp(-t[:-1] + s_lo)                  # B-mass per A-mass at t_{k-1} - s
-        # A row: alpha at t_{k-1}; beta at t_k + s_hi -> t_k and t_{k+1} (index K: +inf)
-        A[:-2] += alpha_up
-        A[1:-1] += beta_up * (1.0 - lam_hi)
-        A[2:] += beta_up * lam_hi
-        # B row (index j + 1 holds t_j, index 0 holds -inf): beta at t_k; alpha's
-        # B-mass at t_{k-1} - s_lo -> t_{k-1} and t_{k-2}
-        Bb = alpha_down * down
-        B[1:-1] += Bb * (1.0 - lam_lo)
-        B[:-2] += Bb * lam_lo
-        B[2:] += beta_down / et
-        # entrywise: the reference differs by a*/a - 1 (<= ra) per bucket, plus the
-        # roundings of the shares (3u); a bucket whose computed A-mass is 0 may hold up
-        # to ea, placed pessimistically (at both points it may reach)
-        lost = np.where(held, 0.0, ea_i)
-        eA = np.zeros(K + 1)
-        eB = np.zeros(K + 1)
-        eA[:-2] += alpha_up * ra
-        eA[1:-1] += beta_up * (1.0 - lam_hi) * (ra + 3.0 * _U) + lost
-        eA[2:] += beta_up * lam_hi * (ra + 3.0 * _U) + lost
-        eB[1:-1] += Bb * (1.0 - lam_lo) * (ra + 3.0 * _U) + lost * down
-        eB[:-2] += Bb * lam_lo * (ra + 3.0 * _U) + lost * down
-        eB[2:] += beta_down / et * ra
-        del et, ra, beta_up, beta_down, alpha_up, alpha_down, Bb, lost, down
-        # corner buckets: L <= t_{-n} + s (paper's S_{-n}) and L > t_n - s (S_inf): the
-        # exact split onto (-inf, t_{-n} + s) and (t_n - s, +inf), then as above
-        bottom, top = math.exp(-t[0] - sh[0]), math.exp(t[-1] - sh[-1])
-        A[0] += a[0] * (1.0 - lam[0])
-        A[1] += a[0] * lam[0]
-        eA[0] += ea[0] + a[0] * 3.0 * _U
-        eA[1] += ea[0] + a[0] * 3.0 * _U
-        B[1] += a[0] * bottom
-        eB[1] += ea[0] * bottom
-        b_minf = max(0.0, b[0] - a[0] * bottom) + eb[0] + ea[0] * bottom
-        B[-1] += b[-1] * (1.0 - lam[-1])
-        B[-2] += b[-1] * lam[-1]
-        eB[-1] += eb[-1] + b[-1] * 3.0 * _U
-        eB[-2] += eb[-1] + b[-1] * 3.0 * _U
-        A[-2] += b[-1] * top
-        eA[-2] += eb[-1] * top
-        a_inf = max(0.0, a[-1] - b[-1] * top) + ea[-1] + eb[-1] * top + A[-1] + eA[-1]
-        b_minf = b_minf + B[0] + eB[0]
-        A, eA = A[:-1], eA[:-1]
-        B, eB = B[1:], eB[1:]
-        # + masses that may have underflowed (each below 1e-300) and the exponentials'
-        # rounding (relative, in _leaf_errors)
-        rows = np.vstack([A, B])
-        del A, B
-        rel, error = _leaf_errors(rows, (eA, eB), (1e-300 * len(t), 1e-300 * len(t)))
+        if cuts is None:
+            rows, a_inf, b_minf, error, rel = _split_leaf_rows(
+                grid.losses, grid.log_factor, None, a, b, ea, eb, shift)
+        else:
+            pos, widths = _cut_positions(grid, cuts)
+            t = grid.losses[pos]
+            part, a_inf, b_minf, error, rel = _split_leaf_rows(
+                t, grid.log_factor, widths, a, b, ea, eb, shift)
+            rows = np.zeros((2, grid.size))
+            rows[:, pos] = part
         return SplitBuckets(grid, rows, float(a_inf), float(b_minf), error, 1, 0.0, rel)
 
     def masses(self) -> np.ndarray:
@@ -876,7 +941,7 @@ class GroupedBuckets(BucketRepresentation):
     @staticmethod
     def from_masses(grid: Grid, a, b, ea, eb, shift=None, infinities=(0.0, 0.0),
                     directions: Tuple[str, ...] = ("ab", "ba"),
-                    labels: str = "upper") -> "GroupedBuckets":
+                    labels: str = "upper", cuts=None) -> "GroupedBuckets":
         """Groups from leaf masses (a, b with absolute error bounds ea, eb) on one of two
         sets of cut points, each cut displaced by at most ``shift`` (in loss, the end
         points' round-off; see ``SplitBuckets.from_masses``):
@@ -891,10 +956,21 @@ class GroupedBuckets(BucketRepresentation):
         ``infinities`` = (A-mass at loss +inf, B-mass at loss -inf) become their own
         groups (they would otherwise be dropped with the range under composition).  Any
         partition of the events into groups gives a valid lower bound, so the
-        displacements only enter the bounds used for underflowed masses below."""
+        displacements only enter the bounds used for underflowed masses below.
+
+        ``cuts`` (``labels="upper"`` only): as ``SplitBuckets.from_masses``'s, the groups
+        between the cuts labelled by their upper cut, the other labels empty."""
         t = grid.losses
         K = grid.size
         d = grid.log_factor
+        pos = None
+        if cuts is not None:
+            if labels != "upper":
+                raise ValueError(f"cuts need labels='upper', got {labels!r}")
+            pos, widths = _cut_positions(grid, cuts)
+            t = t[pos]
+            K = len(t)
+            d = widths                  # group i = 1..K-1: its width (group 0: below t_0)
         a_inf, b_minf = infinities
         if labels == "upper":
             # the last group takes buckets K - 1 and K: their errors plus the rounding of
@@ -926,7 +1002,8 @@ class GroupedBuckets(BucketRepresentation):
         # D <= (B + e_B) e^{above + s} (group i < K - 1: at or below t_i + above + s);
         # larger B-masses only lower the lower bound
         factor_c = np.exp(below + cut_shift) * (1 + 4 * _U)
-        factor_d = factor_c if above == below else np.exp(above + cut_shift) * (1 + 4 * _U)
+        factor_d = (factor_c if labels == "nearest"          # (above == below)
+                    else np.exp(above + cut_shift) * (1 + 4 * _U))
         tiny = 1e-290
         C[1:] = np.where(b[1:] < tiny, np.maximum(C[1:], (a[1:] + ea[1:]) * factor_c), C[1:])
         D[:-1] = np.where(a[:-1] < tiny, np.maximum(D[:-1], (b[:-1] + eb[:-1]) * factor_d),
@@ -946,6 +1023,10 @@ class GroupedBuckets(BucketRepresentation):
         del eb_c, ea_d, et
         rel, error = _leaf_errors(rows, errs, [1e-300 * len(t)] * len(kinds))
         keep_a, keep_b = "ab" in directions, "ba" in directions
+        if pos is not None:
+            placed = np.zeros((len(rows), grid.size))
+            placed[:, pos] = rows
+            rows = placed
         return GroupedBuckets(grid, rows, error, 1, float(a_inf) if keep_a else 0.0,
                               float(b_minf) if keep_b else 0.0, tuple(directions), rel)
 

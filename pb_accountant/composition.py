@@ -26,6 +26,7 @@ from ._validation import check_count, check_real
 from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
                       leaf_masses,
                       grouped_directions)  # noqa: F401  (grouped_directions re-exported)
+from . import graded_leaves
 from .convolution import convolve_rows, smooth_length
 from .mechanisms import MechanismPair
 from .representation import BucketRepresentation
@@ -100,7 +101,9 @@ class BucketOptions:
     ``spacing_base``: adaptive grids' spacings are this times powers of two, so that
     grids of different pairs align; 1 (the default), or 3/4 for the query's levels
     between two halvings (``Composer.refined``; 3/4 is exact in binary, so every grid
-    point (i + offset) spacing stays exact).
+    point (i + offset) spacing stays exact).  ``graded_leaves``: a leaf's rare tails
+    are cut on every r-th grid point (pb_accountant/graded_leaves.py; False: on every
+    point, as before).
     """
 
     number_of_buckets: Optional[int] = None
@@ -113,6 +116,7 @@ class BucketOptions:
     halve_long_tails: bool = True
     two_scale: bool = True
     spacing_base: float = 1.0
+    graded_leaves: bool = True
 
     def __post_init__(self):
         if self.number_of_buckets is not None:
@@ -127,7 +131,7 @@ class BucketOptions:
         check_real("resolution", self.resolution, low=0.0, high=1.0, low_open=True)
         check_real("leaf_resolution", self.leaf_resolution, low=0.0, high=1.0, low_open=True)
         check_count("max_buckets", self.max_buckets, minimum=62)
-        for name in ("halve_long_tails", "two_scale"):
+        for name in ("halve_long_tails", "two_scale", "graded_leaves"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
@@ -162,6 +166,21 @@ def per_step_infinity_budget(delta_q: float, planned: int = MIN_STEPS_PLANNED) -
     composition levels may each add that much per composed step, so the total stays
     below INFINITY_FRACTION * delta."""
     return INFINITY_FRACTION * delta_q / (planned * max(1, planned.bit_length()))
+
+
+def planned_for_budget(delta_q: float, budget: float) -> Optional[int]:
+    """The planned length whose ``per_step_infinity_budget`` is ``budget`` (the budget
+    falls strictly as the planned length doubles), or None where none is (a budget the
+    user fixed)."""
+    planned = MIN_STEPS_PLANNED
+    while planned < 2 ** 63:
+        b = per_step_infinity_budget(delta_q, planned)
+        if b == budget:
+            return planned
+        if b < budget:
+            return None
+        planned *= 2
+    return None
 
 
 def buckets_for(reach: float, log_factor: float, cap: int) -> int:
@@ -821,6 +840,7 @@ class Composer:
         self._leaf_companions: Tuple[str, ...] = ()
         self._leaf_moments: dict = {}
         self._two_scale_cuts: dict = {}
+        self._graded_segments: dict = {}
         self._refined: dict = {}
         self._bytes = 0
         self._cache_size = cache_size
@@ -1049,6 +1069,31 @@ class Composer:
             probe = self._leaf_probes[key] = leaf_probe(pair, cfg[1], cap)
         return probe
 
+    def _graded(self, pair, cfg):
+        """The segments of ``pair``'s graded leaf (pb_accountant/graded_leaves.py), or
+        None where its leaf is cut on every grid point (remembered: a function of the
+        pair and the budget alone)."""
+        key = (pair, cfg[:2])
+        if key not in self._graded_segments:
+            if len(self._graded_segments) > _INTERNED_KEYS:
+                self._graded_segments.clear()
+            self._graded_segments[key] = self._graded_plan(pair, cfg)
+        return self._graded_segments[key]
+
+    def _graded_plan(self, pair, cfg):
+        o = self.options
+        if (not o.graded_leaves or o.number_of_buckets is not None or o.factor is not None
+                or o.free_infty_budget is not None or pair.has_loss_atoms()
+                or tuple(pair.infinity_masses()) != (0.0, 0.0)):
+            return None
+        planned = planned_for_budget(cfg[0], cfg[1])
+        if planned is None:
+            return None
+        grid = self._leaf_grid(pair, cfg)
+        cap = graded_leaves.ratio_cap(grid.log_factor, self._leaf_spread(pair, cfg),
+                                      o.resolution, planned)
+        return graded_leaves.segments(pair, grid, cap, cfg[1])
+
     def _moments(self, reps, pair, cfg):
         """``loss_moments`` of both rows of ``pair``'s split leaf, remembered (a query
         reads every pair's, and a history of many pairs need not keep all its leaves
@@ -1091,13 +1136,22 @@ class Composer:
                 computed[key] = leaf_masses(pair, grid.losses, grid.log_factor)
             return computed[key]
 
+        def graded(grid, segs, kind):
+            """The graded leaf of ``kind``, from masses shared like ``shared``'s."""
+            key = ("graded", grid.log_factor, grid.number_of_buckets, grid.offset)
+            if key not in computed:
+                computed[key] = graded_leaves.masses(pair, grid, segs)
+            return graded_leaves.build(grid, segs, computed[key], (kind,))[0]
+
         for rep in reps + extra:
             key = (rep, "leaf", pair, cfg[:2])
             value = self._cached(key)
             if value is None:
                 if rep == "split":
                     grid = self._leaf_grid(pair, cfg)
-                    split = SplitBuckets.leaves(pair, grid, masses=shared(grid))
+                    segs = self._graded(pair, cfg)
+                    split = (SplitBuckets.leaves(pair, grid, masses=shared(grid)) if segs is None
+                             else (graded(grid, segs, "split"),))
                     value = (BucketSet(grid, (("split", split),)), None)
                 elif isinstance(rep, tuple):
                     methods = rep[1]
@@ -1105,8 +1159,15 @@ class Composer:
                                            methods)
                 else:
                     grid = self._leaf(("split",), pair, cfg)[0][0].grid
-                    masses = shared(grid) if GroupedBuckets.reads_split_masses(pair) else None
-                    value = GroupedBuckets.leaves(pair, grid, (rep,), split_masses=masses)[0]
+                    segs = (self._graded(pair, cfg) if rep in graded_leaves.GROUPED
+                            else None)
+                    if segs is not None:
+                        value = graded(grid, segs, rep)
+                    else:
+                        masses = (shared(grid) if GroupedBuckets.reads_split_masses(pair)
+                                  else None)
+                        value = GroupedBuckets.leaves(pair, grid, (rep,),
+                                                      split_masses=masses)[0]
                 self._remember(key, value)
             out.append(value)
         return tuple(out[:len(reps)])

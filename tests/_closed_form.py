@@ -35,3 +35,70 @@ def gaussian_epsilon(delta, mu):
             else:
                 hi = mid
         return float(hi)
+
+
+def _subsampled_gaussian(s, q):
+    """(a, b, cdf_a, cdf_b, l, inverse) of one Poisson-subsampled Gaussian step (add/
+    remove, A the mixture): densities, distribution functions, the loss
+    l(x) = log(1 - q + q e^{(2x - 1) / (2 s^2)}), increasing in x, and its inverse
+    (-inf where l never gets below the target)."""
+    def b(x):
+        return mp.npdf(x, 0, s)
+
+    def a(x):
+        return (1 - q) * b(x) + q * mp.npdf(x, 1, s)
+
+    def cdf_b(c):
+        return mp.ncdf(c / s)
+
+    def cdf_a(c):
+        return (1 - q) * mp.ncdf(c / s) + q * mp.ncdf((c - 1) / s)
+
+    def loss(x):
+        return mp.log(1 - q + q * mp.exp((2 * x - 1) / (2 * s * s)))
+
+    def inverse(target):
+        y = mp.exp(target) - (1 - q)
+        return s * s * mp.log(y / q) + mp.mpf(1) / 2 if y > 0 else -mp.inf
+
+    return a, b, cdf_a, cdf_b, loss, inverse
+
+
+def subsampled_gaussian_one_step_delta(sigma, q, eps):
+    """delta(eps) of one Poisson-subsampled Gaussian step, (A||B, B||A), to 30 digits:
+    the loss increases with the outcome, so each direction's events are a half-line."""
+    with mp.workdps(30):
+        s, q, eps = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
+        _, _, cdf_a, cdf_b, _, inverse = _subsampled_gaussian(s, q)
+        c = inverse(eps)
+        ab = (1 - cdf_a(c)) - mp.exp(eps) * (1 - cdf_b(c))
+        c = inverse(-eps)
+        ba = mp.mpf(0) if c == -mp.inf else cdf_b(c) - mp.exp(eps) * cdf_a(c)
+        return float(ab), float(ba)
+
+
+def subsampled_gaussian_two_step_delta(sigma, q, eps):
+    """delta(eps) of two Poisson-subsampled Gaussian steps (add/remove), both directions,
+    to 30 digits: for each first outcome x the second is integrated in closed form (the
+    loss increases with the outcome, so the events where the pair's loss passes +-eps
+    are a half-line in the second outcome)."""
+    with mp.workdps(30):
+        s, q, eps = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
+        a, b, cdf_a, cdf_b, loss, inverse = _subsampled_gaussian(s, q)
+
+        def ab(x):                # the second outcome above c: a a - e^eps b b > 0
+            c = inverse(eps - loss(x))
+            return a(x) * (1 - cdf_a(c)) - mp.exp(eps) * b(x) * (1 - cdf_b(c))
+
+        def ba(x):                # below c': b b - e^eps a a > 0
+            c = inverse(-eps - loss(x))
+            if c == -mp.inf:
+                return mp.mpf(0)
+            return b(x) * cdf_b(c) - mp.exp(eps) * a(x) * cdf_a(c)
+
+        # the kinks: where the half-line starts to exist
+        k_ab = inverse(eps - mp.log(1 - q))
+        k_ba = inverse(-eps - mp.log(1 - q))
+        pts = sorted({-mp.inf, -20 * s, 0, mp.mpf(1) / 2, 1, 1 + 20 * s, mp.inf}
+                     | {k for k in (k_ab, k_ba) if k != -mp.inf})
+        return (float(mp.quad(ab, pts)), float(mp.quad(ba, pts)))

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from pb_accountant import PrivacyBucketsAccountant
-from pb_accountant import composition, engine
+from pb_accountant import composition, engine, graded_leaves
 from pb_accountant.composition import Composer
 from pb_accountant.mechanisms import SubsampledGaussian
 
@@ -248,6 +248,7 @@ def _count_leaf_masses(monkeypatch) -> list:
         return leaf_masses(pair, *args, **kwargs)
 
     monkeypatch.setattr(composition, "leaf_masses", counted)
+    monkeypatch.setattr(graded_leaves, "leaf_masses", counted)     # (graded leaves' cuts)
     return computed
 
 

@@ -121,6 +121,7 @@ def test_loss_atoms_are_told_apart():
 def leaf_mass_calls(monkeypatch):
     """The pair of every ``leaf_masses`` computation the test makes, in order."""
     import pb_accountant.composition as composition
+    import pb_accountant.graded_leaves as graded_leaves
     calls = []
     real = composition.leaf_masses
 
@@ -129,6 +130,7 @@ def leaf_mass_calls(monkeypatch):
         return real(pair, cuts, spacing)
 
     monkeypatch.setattr(composition, "leaf_masses", counting)
+    monkeypatch.setattr(graded_leaves, "leaf_masses", counting)    # (graded leaves' cuts)
     return calls
 
 

@@ -16,6 +16,8 @@ from pb_accountant.composition import BucketOptions, Composer, canonical_history
 from pb_accountant.engine import _two_sided_bounds
 from pb_accountant.mechanisms import Gaussian, RandomizedResponse
 
+from _closed_form import subsampled_gaussian_two_step_delta as _exact_two_step_delta
+
 pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
 
 CORNER = SubsampledGaussian(0.6, 3e-5)
@@ -313,49 +315,6 @@ def test_determinism_incremental_fresh_and_restored():
     answers = [x.get_epsilon_bounds(delta) for x in (a, fresh, restored)]
     assert len({(b.lower, b.upper) for b in answers}) == 1
     assert answers[0].upper == a.get_epsilon(delta)
-
-
-def _exact_two_step_delta(sigma, q, eps):
-    """delta(eps) of two Poisson-subsampled Gaussian steps (add/remove), both directions,
-    to 30 digits: for each first outcome x the second is integrated in closed form (the
-    loss l(x) = log(1 - q + q e^{(2x - 1) / (2 sigma^2)}) increases with x, so the events
-    where the pair's loss passes +-eps are a half-line in the second outcome)."""
-    mp = pytest.importorskip("mpmath")
-    mp.mp.dps = 30
-    s, q, eps = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
-
-    def b(x):
-        return mp.npdf(x, 0, s)
-
-    def a(x):
-        return (1 - q) * b(x) + q * mp.npdf(x, 1, s)
-
-    def cdf_a(c):
-        return (1 - q) * mp.ncdf(c / s) + q * mp.ncdf((c - 1) / s)
-
-    def l(x):
-        return mp.log(1 - q + q * mp.exp((2 * x - 1) / (2 * s * s)))
-
-    def inverse(target):          # c with l(c) = target, -inf where l never gets below it
-        y = mp.exp(target) - (1 - q)
-        return s * s * mp.log(y / q) + mp.mpf(1) / 2 if y > 0 else -mp.inf
-
-    def ab(x):                    # the second outcome above c: a a - e^eps b b > 0
-        c = inverse(eps - l(x))
-        return a(x) * (1 - cdf_a(c)) - mp.exp(eps) * b(x) * (1 - mp.ncdf(c / s))
-
-    def ba(x):                    # below c': b b - e^eps a a > 0
-        c = inverse(-eps - l(x))
-        if c == -mp.inf:
-            return mp.mpf(0)
-        return b(x) * mp.ncdf(c / s) - mp.exp(eps) * a(x) * cdf_a(c)
-
-    # the kinks: where the half-line starts to exist
-    k_ab = inverse(eps - mp.log(1 - q))
-    k_ba = inverse(-eps - mp.log(1 - q))
-    pts = sorted({-mp.inf, -20 * s, 0, mp.mpf(1) / 2, 1, 1 + 20 * s, mp.inf}
-                 | {k for k in (k_ab, k_ba) if k != -mp.inf})
-    return (float(mp.quad(ab, pts)), float(mp.quad(ba, pts)))
 
 
 @pytest.mark.parametrize("sigma, q", [(0.6, 3e-5), (0.45, 1e-4)])
