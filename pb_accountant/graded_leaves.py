@@ -73,10 +73,11 @@ class Segment:
 
 
 def ratio_cap(leaf_spacing: float, spread: float, resolution: float, planned: int) -> int:
-    """The most a tail may be coarsened: the factor by which an ordinary composition of
-    ``planned`` steps of one step's ``spread`` will have doubled the leaf spacing
-    (``compose_split``: while twice the spacing is at most ``resolution`` times the
-    spread), at most MAX_RATIO."""
+    """The most a tail may be coarsened: half the factor by which an ordinary
+    composition of ``planned`` steps of one step's ``spread`` will have doubled the leaf
+    spacing (``compose_split`` doubles while twice the spacing is at most ``resolution``
+    times the spread; this stops one doubling short, which keeps a tail at least twice
+    as fine as the composed grid), at most MAX_RATIO."""
     if not (leaf_spacing > 0 and spread > 0 and resolution > 0 and planned >= 1):
         return 1
     whole = resolution * spread * math.sqrt(float(planned))
@@ -136,11 +137,13 @@ def segments(pair, grid: Grid, cap: int,
     the tail's decay length at its start or at the grid's end (``end_mass``: the tail
     mass there, the leaf's per-step budget) is not taken, nor any coarser one on its
     side: a near-Gaussian tail decays within a few leaf spacings however far out."""
-    if cap < 2:
-        return None
     d = grid.log_factor
     bottom = grid.offset - grid.number_of_buckets
     top = grid.offset + grid.number_of_buckets
+    if cap < 2 or not bottom < 0 < top:
+        # (tiers start at loss 0 at the nearest: a leaf grid spans one step's loss
+        # range, which holds 0)
+        return None
     far = _decay_lengths(pair, end_mass) if end_mass else (math.inf, math.inf)
     ups, downs = [], []               # (ratio, boundary), finest tier first
     r = 2

@@ -38,8 +38,9 @@ def gaussian_epsilon(delta, mu):
 
 
 def _subsampled_gaussian(s, q):
-    """(a, b, cdf_a, cdf_b, l, inverse) of one Poisson-subsampled Gaussian step (add/
-    remove, A the mixture): densities, distribution functions, the loss
+    """(a, b, cdf_a, cdf_b, sf_a, sf_b, l, inverse) of one Poisson-subsampled Gaussian
+    step (add/remove, A the mixture): densities, distribution and survival functions
+    (the latter without 1 - cdf's cancellation at small delta), the loss
     l(x) = log(1 - q + q e^{(2x - 1) / (2 s^2)}), increasing in x, and its inverse
     (-inf where l never gets below the target)."""
     def b(x):
@@ -54,6 +55,12 @@ def _subsampled_gaussian(s, q):
     def cdf_a(c):
         return (1 - q) * mp.ncdf(c / s) + q * mp.ncdf((c - 1) / s)
 
+    def sf_b(c):                  # 1 - cdf_b, without the cancellation far out
+        return mp.ncdf(-c / s)
+
+    def sf_a(c):
+        return (1 - q) * mp.ncdf(-c / s) + q * mp.ncdf((1 - c) / s)
+
     def loss(x):
         return mp.log(1 - q + q * mp.exp((2 * x - 1) / (2 * s * s)))
 
@@ -61,17 +68,18 @@ def _subsampled_gaussian(s, q):
         y = mp.exp(target) - (1 - q)
         return s * s * mp.log(y / q) + mp.mpf(1) / 2 if y > 0 else -mp.inf
 
-    return a, b, cdf_a, cdf_b, loss, inverse
+    return a, b, cdf_a, cdf_b, sf_a, sf_b, loss, inverse
 
 
 def subsampled_gaussian_one_step_delta(sigma, q, eps):
     """delta(eps) of one Poisson-subsampled Gaussian step, (A||B, B||A), to 30 digits:
-    the loss increases with the outcome, so each direction's events are a half-line."""
-    with mp.workdps(30):
+    the loss increases with the outcome, so each direction's events are a half-line
+    (60 digits: the difference of the two survival masses cancels at small delta)."""
+    with mp.workdps(60):
         s, q, eps = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
-        _, _, cdf_a, cdf_b, _, inverse = _subsampled_gaussian(s, q)
+        _, _, cdf_a, cdf_b, sf_a, sf_b, _, inverse = _subsampled_gaussian(s, q)
         c = inverse(eps)
-        ab = (1 - cdf_a(c)) - mp.exp(eps) * (1 - cdf_b(c))
+        ab = sf_a(c) - mp.exp(eps) * sf_b(c)
         c = inverse(-eps)
         ba = mp.mpf(0) if c == -mp.inf else cdf_b(c) - mp.exp(eps) * cdf_a(c)
         return float(ab), float(ba)
@@ -84,11 +92,11 @@ def subsampled_gaussian_two_step_delta(sigma, q, eps):
     are a half-line in the second outcome)."""
     with mp.workdps(30):
         s, q, eps = mp.mpf(sigma), mp.mpf(q), mp.mpf(eps)
-        a, b, cdf_a, cdf_b, loss, inverse = _subsampled_gaussian(s, q)
+        a, b, cdf_a, cdf_b, sf_a, sf_b, loss, inverse = _subsampled_gaussian(s, q)
 
         def ab(x):                # the second outcome above c: a a - e^eps b b > 0
             c = inverse(eps - loss(x))
-            return a(x) * (1 - cdf_a(c)) - mp.exp(eps) * b(x) * (1 - cdf_b(c))
+            return a(x) * sf_a(c) - mp.exp(eps) * b(x) * sf_b(c)
 
         def ba(x):                # below c': b b - e^eps a a > 0
             c = inverse(-eps - loss(x))

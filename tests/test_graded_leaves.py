@@ -70,6 +70,8 @@ def test_leaves_stay_whole_where_grading_does_not_apply_or_pay():
                     BucketOptions(free_infty_budget=1e-15)):
         assert _segments(pair, 1000, 1e-5, options)[1] is None
     assert graded_leaves.segments(pair, _segments(pair, 1000, 1e-5)[0], 1) is None
+    # a grid that does not hold loss 0 (never a leaf grid): whole, not an internal error
+    assert graded_leaves.segments(pair, Grid(2.0 ** -6, 200, 250), 4, None) is None
     with pytest.raises(ValueError, match="graded_leaves"):
         BucketOptions(graded_leaves=1)
 
