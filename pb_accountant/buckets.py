@@ -1410,6 +1410,9 @@ def _normalised(rows, err, log_scale, rel, movable):
 
 #: rows kept per direction of the grouped lower bound
 _ROW_KINDS = {"ab": ("A", "C"), "ba": ("B", "D")}
+#: the representations of one group direction each (composed separately: a query
+#: composes only the directions it reads)
+GROUPED_DIRECTIONS = ("grouped-ab", "grouped-ba")
 
 
 def grouped_directions(methods) -> Tuple[str, ...]:

@@ -37,7 +37,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .buckets import GroupedBuckets, Grid, SplitBuckets, leaf_masses
+from .buckets import GROUPED_DIRECTIONS, GroupedBuckets, Grid, SplitBuckets, leaf_masses
 
 #: tier r begins where one step's tail mass beyond it is at most TAIL_SHARE * 4 / r^2
 #: (A-mass above for the upper tail, B-mass below for the lower one)
@@ -55,7 +55,7 @@ MIN_TIER_CUTS = 4
 #: width on near-Gaussian tails, seed 2027 #150)
 DECAY_FRACTION = 0.0625
 #: the group directions a graded leaf builds (the split pair's masses, "upper" labels)
-GROUPED = ("grouped-ab", "grouped-ba")
+GROUPED = GROUPED_DIRECTIONS
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
-from .buckets import GroupedBuckets, Grid, SplitBuckets
+from .buckets import GROUPED_DIRECTIONS, GroupedBuckets, Grid, SplitBuckets
 from .composition import BucketOptions, BucketSet, Plan, compose_split, follow_plan
 
 _U = UNIT_ROUNDOFF
@@ -57,7 +57,7 @@ MAX_LEVELS = 16
 #: mass 1 would take factors near the floating-point range
 MIN_PART_MASS = 1e-100
 #: the group directions, each composed along its own chain when a query reads it
-GROUPED = ("grouped-ab", "grouped-ba")
+GROUPED = GROUPED_DIRECTIONS
 
 
 @dataclass(frozen=True)

@@ -110,3 +110,17 @@ def subsampled_gaussian_two_step_delta(sigma, q, eps):
         pts = sorted({-mp.inf, -20 * s, 0, mp.mpf(1) / 2, 1, 1 + 20 * s, mp.inf}
                      | {k for k in (k_ab, k_ba) if k != -mp.inf})
         return (float(mp.quad(ab, pts)), float(mp.quad(ba, pts)))
+
+
+def assert_two_steps_bracketed(buckets, sigma, q, eps):
+    """Both bounds of ``buckets`` (two Poisson-subsampled Gaussian steps) bracket
+    ``subsampled_gaussian_two_step_delta`` at every eps (relative 1e-12, either
+    direction's max); returns (eps, lower, exact, upper) for further checks."""
+    from pb_accountant.engine import PrivacyBuckets
+    d = PrivacyBuckets(buckets, None).delta_bounds(eps)
+    out = []
+    for e, lo, up in zip(eps, d.lower, d.upper):
+        exact = max(subsampled_gaussian_two_step_delta(sigma, q, e))
+        assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
+        out.append((e, lo, exact, up))
+    return out

@@ -14,8 +14,8 @@ from pb_accountant.composition import BucketOptions, BucketSet, Composer
 from pb_accountant.engine import PrivacyBuckets, adaptive_epsilon_bounds
 from pb_accountant.mechanisms import Gaussian, RandomizedResponse, SubsampledGaussian
 
-from _closed_form import (gaussian_epsilon, subsampled_gaussian_one_step_delta,
-                          subsampled_gaussian_two_step_delta)
+from _closed_form import (assert_two_steps_bracketed, gaussian_epsilon,
+                          subsampled_gaussian_one_step_delta)
 
 #: pairs whose leaves take graded tails at these lengths and deltas (the last, swapped,
 #: on its lower side)
@@ -181,11 +181,7 @@ def test_two_graded_steps_bracket_the_exact_delta(sigma, q, monkeypatch):
     comp = Composer()
     buckets = comp.compose([(pair, 2)], None)
     assert any(s is not None for s in comp._graded_segments.values())
-    eps = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
-    d = PrivacyBuckets(buckets, None).delta_bounds(eps)
-    for e, lo, up in zip(eps, d.lower, d.upper):
-        exact = max(subsampled_gaussian_two_step_delta(sigma, q, e))
-        assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
+    assert_two_steps_bracketed(buckets, sigma, q, np.array([0.0, 0.01, 0.05, 0.2, 1.0]))
 
 
 @pytest.mark.parametrize("sigma, q, steps, delta", [(1.0, 0.01, 1000, 1e-5),

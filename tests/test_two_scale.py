@@ -16,7 +16,7 @@ from pb_accountant.composition import BucketOptions, Composer, canonical_history
 from pb_accountant.engine import _two_sided_bounds
 from pb_accountant.mechanisms import Gaussian, RandomizedResponse
 
-from _closed_form import subsampled_gaussian_two_step_delta as _exact_two_step_delta
+from _closed_form import assert_two_steps_bracketed
 
 pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
 
@@ -321,17 +321,13 @@ def test_determinism_incremental_fresh_and_restored():
 def test_two_steps_bracket_the_exact_delta(sigma, q):
     """Two steps go through two-scale leaves (the first level's bulk and rest, added):
     both bounds bracket delta computed to 30 digits."""
-    from pb_accountant.engine import PrivacyBuckets
     pair = SubsampledGaussian(sigma, q)
     assert _cut(pair, delta=1e-10, steps=2) is not None
     comp = Composer()
     buckets = comp.compose([(pair, 2)], None)
     assert any(cut is not None for cut in comp._two_scale_cuts.values())
     eps = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
-    d = PrivacyBuckets(buckets, None).delta_bounds(eps)
-    for e, lo, up in zip(eps, d.lower, d.upper):
-        exact = max(_exact_two_step_delta(sigma, q, e))
-        assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
+    for e, lo, exact, up in assert_two_steps_bracketed(buckets, sigma, q, eps):
         if exact >= 1e-10:        # (tiny deltas sit below the default delta class)
             assert up - lo <= 1e-2 * exact
 
@@ -341,7 +337,6 @@ def test_a_coarsened_rest_still_brackets_the_exact_delta(sigma, q, monkeypatch):
     """The rest's coarsening (``rest_spacing``, reached after many levels in practice)
     forced onto the first level, four leaf spacings: two steps still bracket delta
     computed to 30 digits, for the split pair and the groups of both directions."""
-    from pb_accountant.engine import PrivacyBuckets
     pair = SubsampledGaussian(sigma, q)
     monkeypatch.setattr(two_scale, "rest_spacing",
                         lambda cut, level, options: 4 * cut.leaf.log_factor)
@@ -351,11 +346,7 @@ def test_a_coarsened_rest_still_brackets_the_exact_delta(sigma, q, monkeypatch):
     state = comp._two_scale_state(pair, 1, cfg)
     cut = comp._two_scale_cut(("split",), pair, cfg)
     assert state[1].split.grid.log_factor == 4 * cut.leaf.log_factor
-    eps = np.array([0.0, 0.01, 0.05, 0.2, 1.0])
-    d = PrivacyBuckets(buckets, None).delta_bounds(eps)
-    for e, lo, up in zip(eps, d.lower, d.upper):
-        exact = max(_exact_two_step_delta(sigma, q, e))
-        assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
+    assert_two_steps_bracketed(buckets, sigma, q, np.array([0.0, 0.01, 0.05, 0.2, 1.0]))
 
 
 def test_a_tiny_mass_row_keeps_its_true_units_in_products():
