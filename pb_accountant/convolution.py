@@ -49,6 +49,9 @@ CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
 _RELATIVE_LEVELS = 4
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
+#: the least subnormal double, 2^-1074, and its exponent
+_LEAST_SUBNORMAL = 2.0 ** -1074
+_LEAST_EXPONENT = -1074
 
 
 def _smooth_lengths(limit: int) -> np.ndarray:
@@ -347,11 +350,19 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     fine = fine_l1 * (UNIT_ROUNDOFF * (1.0 + 1e-6))
     l1_err = ((fft_l1 + fine + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1 + fine))
               * (1 + 1e-9) + _TINY * z.shape[1])
-    z *= scale[:, None]
+    shift = (ex + ey).astype(int)
+    if shift.min(initial=0) >= _LEAST_EXPONENT:
+        z *= scale[:, None]
+    else:
+        # 2^shift is below the least subnormal (its float is 0): ldexp scales each entry
+        # and rounds it once instead
+        z = np.ldexp(z, shift[:, None])
     if not live.all():
         z[~live] = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        errors = np.where(live, l1_err * scale, 0.0)
+        # scaling back is exact unless an entry lands among the subnormals, where it
+        # rounds by at most 2^-1075 (and so does the bound's own product)
+        errors = np.where(live, l1_err * scale + _LEAST_SUBNORMAL * z.shape[1], 0.0)
     check_finite("convolve_rows' product", z)
     if np.isnan(errors).any():
         raise RuntimeError("internal error: convolve_rows produced a NaN error bound")

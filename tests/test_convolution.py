@@ -92,8 +92,10 @@ def test_zero_rows_and_scaling():
     x[1, 4] = 1e-200
     z, err = convolve_rows(x)
     assert np.all(z[0] == 0) and err[0] == 0
-    # 1e-200 squared is 1e-400, below the smallest subnormal (4.9e-324): it rounds to 0
+    # 1e-200 squared is 1e-400, below the smallest subnormal (4.9e-324): it rounds to 0,
+    # and the bound covers what was lost
     assert np.all(z[1] == 0.0)
+    assert err[1] >= 5e-324
     # scaled rows keep tiny products: 1e-150 squared is 1e-300 (normal), 1e-160 squared
     # is 1e-320 (subnormal, spacing 4.9e-324), each to its own precision
     for a, exact, slack in [(1e-150, 1e-300, 1e-12 * 1e-300), (1e-160, 1e-320, 4 * 5e-324)]:
@@ -102,6 +104,24 @@ def test_zero_rows_and_scaling():
         assert z[1, 8] > 0.0
         assert abs(z[1, 8] - exact) <= slack + err[1], (a, z[1, 8], err[1])
         assert np.all(np.abs(np.delete(z[1], 8)) <= slack + err[1])
+
+
+@pytest.mark.parametrize("tolerance", [0.0, 1.0])
+@pytest.mark.parametrize("mantissa", [0.5, 0.75, 0.99])
+def test_products_below_the_subnormals_are_certified(tolerance, mantissa):
+    """Rows whose maxima are near 2^-538 (a scale 2^(ex + ey) below 2^-1074, whose
+    float is 0): every entry of the product is scaled back by ldexp, rounded once, and
+    the bound covers that rounding (exact rational arithmetic).  It used to multiply by
+    that scale, 0, and certify an error of 0 for a product that was not 0."""
+    a = mantissa * 2.0 ** -538
+    x = np.full((1, 9), a)
+    y = np.zeros((1, 9))
+    y[0, ::2] = a
+    for rows_y, other in ((None, x[0]), (y, y[0])):
+        z, err = convolve_rows(x, rows_y, tolerance)
+        exact = exact_convolution(x[0], other)
+        assert max(exact) > Fraction(2.0 ** -1075)       # a product that is not 0
+        assert beyond_relative(z[0], exact) <= err[0], (z[0], err[0])
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 1.0])
