@@ -8,6 +8,10 @@ from __future__ import annotations
 UNIT_ROUNDOFF = 2.0 ** -53
 #: one ulp of 1.0 (machine epsilon, 2u); the comparison bounds count slack in ulps
 ULP = 2.0 ** -52
+#: below this exponent e^x may leave the normal range (e^-708 = 3.3e-308 > 2^-1022 =
+#: 2.2e-308), where neither exp nor a product with it keeps its relative accuracy (a
+#: subnormal result is off by up to 2^-1075 absolutely)
+LEAST_NORMAL_LOG = -708.0
 
 #: Veltkamp's splitter for doubles: 2^27 + 1
 _SPLITTER = 134217729.0

@@ -31,7 +31,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._fp import UNIT_ROUNDOFF
+from ._fp import LEAST_NORMAL_LOG, UNIT_ROUNDOFF
 from .convolution import CONVOLUTION_RELATIVE_ERROR, check_finite, convolve_rows
 from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
@@ -1163,7 +1163,14 @@ class GroupedBuckets(BucketRepresentation):
                 rows += g.rows * f[:, None]
             rel_f = np.where(gap != 0, 4.0 * _U * (np.abs(gap) + np.abs(g.log_scale)
                                                     + np.abs(top) + 2.0), 0.0) * (1.0 + 1e-9)
-            err += g.error * f * (1.0 + 2.0 * rel_f + 4.0 * _U)
+            # where e^gap leaves the normal range (the smaller operand's scale far below
+            # the other's), neither it nor the products keep their relative accuracy:
+            # every scaled entry, true or computed, lies in [0, x 2^-1021 + 2^-1074], so
+            # the row's whole mass and error at that factor are charged as absolute
+            far = gap < LEAST_NORMAL_LOG
+            err += np.where(far, ((g.rows.sum(axis=1) + g.error) * 2.0 ** -1021
+                                  + 2.0 ** -1074 * g.rows.shape[1]) * (1.0 + 1e-9),
+                            g.error * f * (1.0 + 2.0 * rel_f + 4.0 * _U))
             rel = np.maximum(rel, (g.relative + 2.0 * rel_f) * (1.0 + 2.0 * rel_f))
         atoms = (self.a_inf + other.a_inf, self.b_minf + other.b_minf)
         err = (err + 2.0 * _U * (self._atoms() + other._atoms()) + 1e-323 * self.grid.size) \

@@ -917,11 +917,12 @@ def laplace_relative_error(z) -> np.ndarray:
     return _U * (2.02 * np.asarray(z, dtype=float) + 12.0)
 
 
-def _atoms_to_buckets(t, losses, a, b, *, swapped: bool,
-                      exact=None) -> Tuple[np.ndarray, np.ndarray]:
+def _atoms_to_buckets(t, losses, a, b, *, swapped: bool, exact=None, counts: bool = False):
     """Sum atoms into the K+1 right-closed loss intervals of grid ``t`` by their computed
     loss (``_straddling_atoms`` finds those whose exact loss may lie in another one), or
-    by ``exact`` ({atom index: interval}) where their exact loss was placed."""
+    by ``exact`` ({atom index: interval}) where their exact loss was placed.  Returns
+    (a, b), and with ``counts`` the number of atoms summed into each interval (a sum of
+    c of them rounds by at most (c - 1) u of itself)."""
     losses = np.asarray(losses, dtype=float)
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
@@ -932,6 +933,8 @@ def _atoms_to_buckets(t, losses, a, b, *, swapped: bool,
         idx[list(exact)] = list(exact.values())
     out_a = np.bincount(idx, weights=a, minlength=len(t) + 1).astype(float)
     out_b = np.bincount(idx, weights=b, minlength=len(t) + 1).astype(float)
+    if counts:
+        return out_a, out_b, np.bincount(idx, minlength=len(t) + 1)
     return out_a, out_b
 
 
@@ -1088,9 +1091,13 @@ class MechanismPair:
         exact = {}
         if straddle is not None:
             straddle, exact = self._place_straddling_atoms(t, straddle)
-        a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped, exact=exact)
-        ea = self.mass_relative_error * a + self.mass_absolute_error
-        eb = self.mass_relative_error * b + self.mass_absolute_error
+        a, b, n_at = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped,
+                                       exact=exact, counts=True)
+        # the sums of several atoms in one interval round by (c - 1) u of themselves
+        # (gamma_{c-1} of the exact sum, which is at most 1.01 times the computed one)
+        summed = np.maximum(n_at - 1, 0) * _U * 1.01
+        ea = self.mass_relative_error * a + self.mass_absolute_error + summed * a
+        eb = self.mass_relative_error * b + self.mass_absolute_error + summed * b
         if self.swapped:
             ca, cb, eca, ecb, *extra = continuous(-t[::-1])
             ca, cb, eca, ecb = cb[::-1], ca[::-1], ecb[::-1], eca[::-1]

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._fp import UNIT_ROUNDOFF
+from ._fp import LEAST_NORMAL_LOG, UNIT_ROUNDOFF
 
 _U = UNIT_ROUNDOFF
 
 
 #: width (in loss) of the blocks that share one exponent shift; e^{eps - s} <= e^W
 _BLOCK_WIDTH = 256.0
+#: the least normal double, 2^-1022
+_LEAST_NORMAL = 2.0 ** -1022
 #: absolute allowance per term for underflow in shifted sums (each such error is at
 #: most 2^-1074 times e^{W + 1} < 1e-210; see docs/floating-point.md)
 _UNDERFLOW_PER_TERM = 1e-200
@@ -81,9 +83,6 @@ class ThresholdSum:
         order = np.argsort(theta, kind="stable")
         theta, p, r, u = theta[order], p[order], r[order], u[order]
         m = len(theta)
-        P = np.concatenate((np.cumsum(p[::-1])[::-1], [0.0]))
-        Qs = np.zeros(m + 1)
-        block = np.zeros(m + 1, dtype=np.int64)
         if m:
             ids = np.floor((theta - theta[0]) / _BLOCK_WIDTH)
             starts = np.concatenate(([0], np.flatnonzero(np.diff(ids)) + 1))
@@ -91,6 +90,18 @@ class ThresholdSum:
             starts = np.zeros(0, dtype=np.int64)
         ends = np.concatenate((starts[1:], [m])).astype(np.int64)
         shift = theta[starts] if m else np.zeros(1)
+        if not upper and m:
+            # a B-weight r e^{s_b - u} whose factor e^{s_b - u} leaves the normal range
+            # would lose its q-part to underflow, and on the lower side r may be huge
+            # (up to e^600), so that loss may be any size: such a term is dropped (it
+            # is >= 0 wherever it is included, so the sum only gets smaller)
+            far = np.repeat(shift[: len(starts)], ends - starts) - u < LEAST_NORMAL_LOG
+            if far.any():
+                p = np.where(far, 0.0, p)
+                r = np.where(far, 0.0, r)
+        P = np.concatenate((np.cumsum(p[::-1])[::-1], [0.0]))
+        Qs = np.zeros(m + 1)
+        block = np.zeros(m + 1, dtype=np.int64)
         tail = 0.0                         # sum of later blocks, scaled by e^{s_{b+1}}
         with np.errstate(under="ignore"):
             for b in range(len(starts) - 1, -1, -1):
@@ -188,13 +199,24 @@ class PaperUpper:
     def __init__(self, grid, A, R, const: float, u: int, relative: float = 0.0):
         n = grid.number_of_buckets
         t = grid.losses
-        e = np.exp(-np.maximum(t, 0.0))
+        with np.errstate(under="ignore"):
+            e = np.exp(-np.maximum(t, 0.0))
+            Ae, Re = A * e, R * e
         self.grid = grid
         self.u = u
         self.n = n
         self.tail_A = np.concatenate((np.cumsum(A[::-1])[::-1], [0.0]))
-        self.tail_Ae = np.concatenate((np.cumsum((A * e)[::-1])[::-1], [0.0]))
-        self.tail_Re = np.concatenate((np.cumsum((R * e)[::-1])[::-1], [0.0]))
+        self.tail_Ae = np.concatenate((np.cumsum(Ae[::-1])[::-1], [0.0]))
+        self.tail_Re = np.concatenate((np.cumsum(Re[::-1])[::-1], [0.0]))
+        # a factor e^{-t} or a product below the normal range is off by up to 2^-1075
+        # absolutely (e by 2^-1074, times A or R), which e^eps then multiplies: that
+        # much per such term, above each position, is added in ``__call__`` (three
+        # tails read there, each at or above ``pos``)
+        tiny = (t > -LEAST_NORMAL_LOG) | ((Ae < _LEAST_NORMAL) & (A > 0)) \
+            | ((Re < _LEAST_NORMAL) & (R > 0))
+        lost = np.where(tiny, (A + R + 2.0) * 2.0 ** -1073, 0.0)
+        self.tail_lost = np.concatenate((np.cumsum(lost[::-1])[::-1], [0.0])) \
+            * (3.0 * (1.0 + 1e-9))
         self.const = const
         self.slack = 8.0 * (2 * n + 3) * _U + float(relative) * (1.0 + 1e-9)
         self.relative = float(relative) * (1.0 + 1e-9)
@@ -215,7 +237,9 @@ class PaperUpper:
         with np.errstate(over="ignore", invalid="ignore"):
             # the R side's relative error (the A side's is in ``slack``)
             r_side = np.where(inner > 0, self.relative * np.exp(eps) * inner, 0.0)
-        val = self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos] + r_side
+            lost = np.where(self.tail_lost[pos] > 0, np.exp(eps) * self.tail_lost[pos], 0.0)
+        val = (self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos] + r_side
+               + lost)
         return np.minimum(val, 1.0)
 
     def epsilon(self, delta: float) -> float:

@@ -152,6 +152,17 @@ def test_random_atoms_on_and_next_to_grid_points_are_covered(pair, picks, offset
     _check_displacement_path(pair, t)
 
 
+def test_several_atoms_summed_into_one_bucket_carry_the_sum_rounding():
+    """Six atoms whose A-masses land in one bucket: their sum rounds by up to 5u of
+    itself, which the 2u once charged did not cover (the computed sum 1 + 2^-52
+    against an exact 0.99999999999999997; found by the test above)."""
+    pair = DiscretePair(probabilities_a=(0.2546382482961598, 0.20759046773494125,
+                                         0.08581295586662573, 0.19947335367091362,
+                                         0.19947335367091362, 0.05301162076044597),
+                        probabilities_b=(0.0, 0.0, 0.0, 0.0, 0.0, 1.0), swapped=False)
+    _check_error_path(pair, np.array([-2.93724413]))
+
+
 @pytest.mark.parametrize("p", [0.5 + 2 ** -40, 0.6, 0.7310585786300049, 0.9, 1.0 - 1e-12])
 @pytest.mark.parametrize("mirrored", [False, True])
 def test_randomized_response_on_its_own_losses(p, mirrored):
