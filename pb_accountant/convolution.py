@@ -361,7 +361,9 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         z[~live] = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
         # scaling back is exact unless an entry lands among the subnormals, where it
-        # rounds by at most 2^-1075 (and so does the bound's own product)
+        # rounds by at most 2^-1075, and so does the bound's own product; where the
+        # scale's float is 0 the bound's share l1_err 2^shift is below 2^-1075 too
+        # (l1_err is far below the row length: a few u m^2 of rows scaled into [0.5, 1))
         errors = np.where(live, l1_err * scale + _LEAST_SUBNORMAL * z.shape[1], 0.0)
     check_finite("convolve_rows' product", z)
     if np.isnan(errors).any():

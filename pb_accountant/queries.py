@@ -93,8 +93,9 @@ class ThresholdSum:
         if not upper and m:
             # a B-weight r e^{s_b - u} whose factor e^{s_b - u} leaves the normal range
             # would lose its q-part to underflow, and on the lower side r may be huge
-            # (up to e^600), so that loss may be any size: such a term is dropped (it
-            # is >= 0 wherever it is included, so the sum only gets smaller)
+            # (up to 1e300), so that loss may be any size: such a term is dropped (delta
+            # is at least the sum of max(p - e^eps q, 0) over any subset of the groups,
+            # paper Theorem 2, so a lower bound stays one without it)
             far = np.repeat(shift[: len(starts)], ends - starts) - u < LEAST_NORMAL_LOG
             if far.any():
                 p = np.where(far, 0.0, p)
@@ -212,8 +213,8 @@ class PaperUpper:
         # absolutely (e by 2^-1074, times A or R), which e^eps then multiplies: that
         # much per such term, above each position, is added in ``__call__`` (three
         # tails read there, each at or above ``pos``)
-        tiny = (t > -LEAST_NORMAL_LOG) | ((Ae < _LEAST_NORMAL) & (A > 0)) \
-            | ((Re < _LEAST_NORMAL) & (R > 0))
+        tiny = (((t > -LEAST_NORMAL_LOG) | (Ae < _LEAST_NORMAL) | (Re < _LEAST_NORMAL))
+                & ((A > 0) | (R > 0)))             # (zero rows' products are exact)
         lost = np.where(tiny, (A + R + 2.0) * 2.0 ** -1073, 0.0)
         self.tail_lost = np.concatenate((np.cumsum(lost[::-1])[::-1], [0.0])) \
             * (3.0 * (1.0 + 1e-9))
@@ -237,7 +238,12 @@ class PaperUpper:
         with np.errstate(over="ignore", invalid="ignore"):
             # the R side's relative error (the A side's is in ``slack``)
             r_side = np.where(inner > 0, self.relative * np.exp(eps) * inner, 0.0)
-            lost = np.where(self.tail_lost[pos] > 0, np.exp(eps) * self.tail_lost[pos], 0.0)
+            # e^eps times the subnormal allowance, formed as one exp (e^eps alone
+            # overflows past eps 709.78 where the product need not); the log's and the
+            # exp's rounding, a few ulps of |eps| + 745, is covered by the 1e-9
+            live = self.tail_lost[pos] > 0
+            log_lost = np.log(np.where(live, self.tail_lost[pos], 1.0))
+            lost = np.where(live, np.exp(eps + log_lost) * (1.0 + 1e-9), 0.0)
         val = (self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos] + r_side
                + lost)
         return np.minimum(val, 1.0)

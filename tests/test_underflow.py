@@ -104,3 +104,21 @@ def test_paper_upper_charges_products_below_the_normal_range():
         for eps in (600.0, 690.0, 699.0):
             exact = mp.mpf(a) - mp.e ** mp.mpf(eps) * mp.mpf(r) * mp.e ** mp.mpf(-700)
             assert float(upper(eps)[0]) >= max(exact, 0)
+
+
+def test_paper_upper_allowance_does_not_overflow_past_eps_709():
+    """The allowance is e^eps times a subnormal tail, formed as one exp: past eps 709.78
+    e^eps alone is inf, which made F(712) = 1 on rows whose true value is 1e-6."""
+    with mp.workdps(60):
+        g = Grid(10.0, 76)
+        t = g.losses
+        a_row, r_row = np.zeros(g.size), np.zeros(g.size)
+        j = int(np.flatnonzero(t == 740.0)[0])
+        a_row[j], r_row[j] = 1e-6, 1e-6
+        upper = PaperUpper(g, a_row, r_row, 0.0, 0, 0.0)
+        for eps in (700.0, 712.0, 720.0, 739.0):
+            exact = mp.mpf(1e-6) - mp.e ** mp.mpf(eps) * mp.mpf(1e-6) * mp.e ** -740
+            got = float(upper(eps)[0])
+            assert exact <= got
+            if eps <= 720.0:          # (nearer the loss, 2^-1074 e^eps is no longer small)
+                assert got < 2e-6
