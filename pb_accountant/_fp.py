@@ -12,6 +12,9 @@ ULP = 2.0 ** -52
 #: 2.2e-308), where neither exp nor a product with it keeps its relative accuracy (a
 #: subnormal result is off by up to 2^-1075 absolutely)
 LEAST_NORMAL_LOG = -708.0
+#: the least normal and the least subnormal double
+LEAST_NORMAL = 2.0 ** -1022
+LEAST_SUBNORMAL = 2.0 ** -1074
 
 #: Veltkamp's splitter for doubles: 2^27 + 1
 _SPLITTER = 134217729.0

@@ -31,7 +31,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._fp import LEAST_NORMAL_LOG, UNIT_ROUNDOFF
+from ._fp import LEAST_NORMAL_LOG, LEAST_SUBNORMAL, UNIT_ROUNDOFF
 from .convolution import CONVOLUTION_RELATIVE_ERROR, check_finite, convolve_rows
 from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
@@ -1169,7 +1169,7 @@ class GroupedBuckets(BucketRepresentation):
             # the row's whole mass and error at that factor are charged as absolute
             far = gap < LEAST_NORMAL_LOG
             err += np.where(far, ((g.rows.sum(axis=1) + g.error) * 2.0 ** -1021
-                                  + 2.0 ** -1074 * g.rows.shape[1]) * (1.0 + 1e-9),
+                                  + LEAST_SUBNORMAL * g.rows.shape[1]) * (1.0 + 1e-9),
                             g.error * f * (1.0 + 2.0 * rel_f + 4.0 * _U))
             rel = np.maximum(rel, (g.relative + 2.0 * rel_f) * (1.0 + 2.0 * rel_f))
         atoms = (self.a_inf + other.a_inf, self.b_minf + other.b_minf)

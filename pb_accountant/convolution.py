@@ -31,7 +31,8 @@ import os
 import numpy as np
 from scipy import fft as _fft
 
-from ._fp import UNIT_ROUNDOFF  # also re-exported here for older imports
+# (UNIT_ROUNDOFF is also re-exported here for older imports)
+from ._fp import LEAST_SUBNORMAL, UNIT_ROUNDOFF
 
 #: threads for the batched transforms (pocketfft, the same algorithm numpy uses)
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
@@ -49,8 +50,7 @@ CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
 _RELATIVE_LEVELS = 4
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
-#: the least subnormal double, 2^-1074, and its exponent
-_LEAST_SUBNORMAL = 2.0 ** -1074
+#: the least subnormal double's exponent (LEAST_SUBNORMAL = 2^-1074)
 _LEAST_EXPONENT = -1074
 
 
@@ -364,7 +364,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
         # rounds by at most 2^-1075, and so does the bound's own product; where the
         # scale's float is 0 the bound's share l1_err 2^shift is below 2^-1075 too
         # (l1_err is far below the row length: a few u m^2 of rows scaled into [0.5, 1))
-        errors = np.where(live, l1_err * scale + _LEAST_SUBNORMAL * z.shape[1], 0.0)
+        errors = np.where(live, l1_err * scale + LEAST_SUBNORMAL * z.shape[1], 0.0)
     check_finite("convolve_rows' product", z)
     if np.isnan(errors).any():
         raise RuntimeError("internal error: convolve_rows produced a NaN error bound")

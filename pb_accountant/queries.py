@@ -18,15 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._fp import LEAST_NORMAL_LOG, UNIT_ROUNDOFF
+from ._fp import LEAST_NORMAL, LEAST_NORMAL_LOG, UNIT_ROUNDOFF
 
 _U = UNIT_ROUNDOFF
 
 
 #: width (in loss) of the blocks that share one exponent shift; e^{eps - s} <= e^W
 _BLOCK_WIDTH = 256.0
-#: the least normal double, 2^-1022
-_LEAST_NORMAL = 2.0 ** -1022
 #: absolute allowance per term for underflow in shifted sums (each such error is at
 #: most 2^-1074 times e^{W + 1} < 1e-210; see docs/floating-point.md)
 _UNDERFLOW_PER_TERM = 1e-200
@@ -213,7 +211,7 @@ class PaperUpper:
         # absolutely (e by 2^-1074, times A or R), which e^eps then multiplies: that
         # much per such term, above each position, is added in ``__call__`` (three
         # tails read there, each at or above ``pos``)
-        tiny = (((t > -LEAST_NORMAL_LOG) | (Ae < _LEAST_NORMAL) | (Re < _LEAST_NORMAL))
+        tiny = (((t > -LEAST_NORMAL_LOG) | (Ae < LEAST_NORMAL) | (Re < LEAST_NORMAL))
                 & ((A > 0) | (R > 0)))             # (zero rows' products are exact)
         lost = np.where(tiny, (A + R + 2.0) * 2.0 ** -1073, 0.0)
         self.tail_lost = np.concatenate((np.cumsum(lost[::-1])[::-1], [0.0])) \
