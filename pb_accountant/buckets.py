@@ -406,7 +406,7 @@ def _split_leaf_rows(t, d: float, widths, a, b, ea, eb, shift=None):
     # on the widened points differs from beta by at most
     # a (e^{s_lo} - 1) / (1 - e^{-d}) + a (e^{s_hi} - 1) / (e^d - 1) (to first order;
     # a factor 2 covers the rest while shift <= 1% of d)
-    s_lo, s_hi = sh[:-1], sh[1:]
+    s_lo = sh[:-1]               # (the shift at each bucket's lower end; grow reads both)
     ea_i = ea[1:-1]
     held = ai > 0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -1017,9 +1017,11 @@ class GroupedBuckets(BucketRepresentation):
         rows = np.vstack([full[k] for k in kinds])
         del full, C, D
         # the errors of the rows the directions keep (C's and D's formed only if kept)
-        error_of = {"A": lambda: ea, "B": lambda: eb, "C": lambda: eb_c * et,
-                    "D": lambda: ea_d / et}
-        errs = [error_of[k]() * (1 + 1e-9) for k in kinds]
+        errs = []
+        for k in kinds:
+            e = (ea if k == "A" else eb if k == "B" else eb_c * et if k == "C"
+                 else ea_d / et)
+            errs.append(e * (1 + 1e-9))
         del eb_c, ea_d, et
         rel, error = _leaf_errors(rows, errs, [1e-300 * len(t)] * len(kinds))
         keep_a, keep_b = "ab" in directions, "ba" in directions

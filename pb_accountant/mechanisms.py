@@ -1021,8 +1021,11 @@ class MechanismPair:
 
     # -- public -----------------------------------------------------------------------
     def bucket_masses(self, t) -> Tuple[np.ndarray, np.ndarray]:
-        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``
-        (those of ``bucket_masses_with_error``, without forming the error bounds)."""
+        """A- and B-masses of the K+1 loss intervals cut by the increasing grid ``t``:
+        ``bucket_masses_with_error``'s, without the error bounds, except that every atom
+        is binned by its computed loss (the certified path places an atom whose exact
+        loss may straddle a grid point exactly, ``_with_atoms``).  Uncertified: the
+        engine does not read it (tests compare the masses with it)."""
         t = np.asarray(t, dtype=float)
         losses, a_at, b_at = self._atoms()
         a, b = _atoms_to_buckets(t, losses, a_at, b_at, swapped=self.swapped)
