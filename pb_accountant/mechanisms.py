@@ -281,11 +281,13 @@ def _gauss_legendre_masses(lo, hi, nodes, weights):
     return np.maximum(m, 0.0)
 
 
-#: the rule ``_sizing_interval_mass`` integrates narrow intervals by: 4 points, whose
-#: relative truncation on them (h (|z| + h) < 1) is below 1e-6, against 1e-16 for the
-#: 12 points the certified masses take, at a third of the exponentials.  The moments it
-#: feeds moved by at most 1.2e-9 relative on 2,000 random pairs (sigma 0.4-20, q 1e-5
-#: to 1, delta 1e-15 to 1e-2, up to 1e7 steps), and no leaf grid changed
+#: the rule ``_sizing_interval_mass`` integrates narrow intervals by: 4 points, a third
+#: of the 12-point rule's exponentials.  Its truncation on narrow intervals is at most
+#: 8e-5 of the mass by the Cauchy estimate of ``_GL_RULES`` (loose: against the 12-point
+#: rule it measured at most 6.3e-9, ``tests/test_mechanisms.py``); the spreads it feeds
+#: moved by at most 1.2e-9 relative on 2,000 random pairs (sigma 0.4-20, q 1e-5 to 1,
+#: delta 1e-15 to 1e-2, up to 1e7 steps), and on 3,000 more no leaf grid changed at six
+#: leaf resolutions.  Nothing certified reads these masses
 _SIZING_NODES, _SIZING_WEIGHTS = gauss_legendre(4)
 
 
