@@ -12,9 +12,10 @@ ULP = 2.0 ** -52
 #: 2.2e-308), where neither exp nor a product with it keeps its relative accuracy (a
 #: subnormal result is off by up to 2^-1075 absolutely)
 LEAST_NORMAL_LOG = -708.0
-#: the least normal and the least subnormal double
+#: the least normal and the least subnormal double (and the latter's binary exponent)
 LEAST_NORMAL = 2.0 ** -1022
-LEAST_SUBNORMAL = 2.0 ** -1074
+LEAST_SUBNORMAL_EXPONENT = -1074
+LEAST_SUBNORMAL = 2.0 ** LEAST_SUBNORMAL_EXPONENT
 
 #: Veltkamp's splitter for doubles: 2^27 + 1
 _SPLITTER = 134217729.0

@@ -31,7 +31,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._fp import LEAST_NORMAL_LOG, LEAST_SUBNORMAL, UNIT_ROUNDOFF
+from ._fp import LEAST_NORMAL, LEAST_NORMAL_LOG, LEAST_SUBNORMAL, UNIT_ROUNDOFF
 from .convolution import CONVOLUTION_RELATIVE_ERROR, check_finite, convolve_rows
 from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
@@ -1169,10 +1169,13 @@ class GroupedBuckets(BucketRepresentation):
             # the other's), neither it nor the products keep their relative accuracy:
             # every scaled entry, true or computed, lies in [0, x 2^-1021 + 2^-1074], so
             # the row's whole mass and error at that factor are charged as absolute
+            near = g.error * f * (1.0 + 2.0 * rel_f + 4.0 * _U)
             far = gap < LEAST_NORMAL_LOG
-            err += np.where(far, ((g.rows.sum(axis=1) + g.error) * 2.0 ** -1021
-                                  + LEAST_SUBNORMAL * g.rows.shape[1]) * (1.0 + 1e-9),
-                            g.error * f * (1.0 + 2.0 * rel_f + 4.0 * _U))
+            if far.any():
+                near = np.where(far, ((g.rows.sum(axis=1) + g.error) * (2.0 * LEAST_NORMAL)
+                                      + LEAST_SUBNORMAL * g.rows.shape[1]) * (1.0 + 1e-9),
+                                near)
+            err += near
             rel = np.maximum(rel, (g.relative + 2.0 * rel_f) * (1.0 + 2.0 * rel_f))
         atoms = (self.a_inf + other.a_inf, self.b_minf + other.b_minf)
         err = (err + 2.0 * _U * (self._atoms() + other._atoms()) + 1e-323 * self.grid.size) \

@@ -32,7 +32,7 @@ import numpy as np
 from scipy import fft as _fft
 
 # (UNIT_ROUNDOFF is also re-exported here for older imports)
-from ._fp import LEAST_SUBNORMAL, UNIT_ROUNDOFF
+from ._fp import LEAST_SUBNORMAL, LEAST_SUBNORMAL_EXPONENT, UNIT_ROUNDOFF
 
 #: threads for the batched transforms (pocketfft, the same algorithm numpy uses)
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
@@ -50,8 +50,6 @@ CONVOLUTION_RELATIVE_ERROR = 48.0 * UNIT_ROUNDOFF
 _RELATIVE_LEVELS = 4
 #: entries below this are flushed to zero (their sum is added to the error bound)
 _TINY = 1e-280
-#: the least subnormal double's exponent (LEAST_SUBNORMAL = 2^-1074)
-_LEAST_EXPONENT = -1074
 
 
 def _smooth_lengths(limit: int) -> np.ndarray:
@@ -351,7 +349,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     l1_err = ((fft_l1 + fine + 4.0 * len(grids) * UNIT_ROUNDOFF * (rest_l1 + fft_l1 + fine))
               * (1 + 1e-9) + _TINY * z.shape[1])
     shift = (ex + ey).astype(int)
-    if shift.min(initial=0) >= _LEAST_EXPONENT:
+    if shift.min(initial=0) >= LEAST_SUBNORMAL_EXPONENT:
         z *= scale[:, None]
     else:
         # 2^shift is below the least subnormal (its float is 0): ldexp scales each entry

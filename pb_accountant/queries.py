@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._fp import LEAST_NORMAL, LEAST_NORMAL_LOG, UNIT_ROUNDOFF
+from ._fp import LEAST_NORMAL, LEAST_NORMAL_LOG, LEAST_SUBNORMAL, UNIT_ROUNDOFF
 
 _U = UNIT_ROUNDOFF
 
@@ -213,7 +213,7 @@ class PaperUpper:
         # tails read there, each at or above ``pos``)
         tiny = (((t > -LEAST_NORMAL_LOG) | (Ae < LEAST_NORMAL) | (Re < LEAST_NORMAL))
                 & ((A > 0) | (R > 0)))             # (zero rows' products are exact)
-        lost = np.where(tiny, (A + R + 2.0) * 2.0 ** -1073, 0.0)
+        lost = np.where(tiny, (A + R + 2.0) * (2.0 * LEAST_SUBNORMAL), 0.0)
         self.tail_lost = np.concatenate((np.cumsum(lost[::-1])[::-1], [0.0])) \
             * (3.0 * (1.0 + 1e-9))
         self.const = const

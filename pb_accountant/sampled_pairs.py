@@ -19,14 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from ._fp import LEAST_NORMAL
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
 from .mechanisms import (DiscretePair, MechanismPair, endpoint_mass,
                          normal_interval_mass_and_error, normal_log_cdf_and_error,
                          normal_x_interval_mass)
 
-#: the smallest normal double: below it a mass loses relative accuracy
-_SMALLEST_NORMAL = 2.0 ** -1022
 #: 1 / sqrt(2 pi) (for a bound on phi, with 0.1% of room for its rounding)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -304,7 +303,8 @@ def max_of_batches_masses(batches: int, shift: float, *, resolution: float = 0.0
         rel_last = eG[-1] / abs(G[-1]) + 2 * _U
         masses = np.concatenate(([first], inner, [last]))
         rel = np.concatenate(([rel_first], rel_inner, [rel_last]))
-        if not (np.all(masses >= _SMALLEST_NORMAL) and np.all(np.isfinite(rel))):
+        # (below the least normal double a mass loses its relative accuracy)
+        if not (np.all(masses >= LEAST_NORMAL) and np.all(np.isfinite(rel))):
             raise FloatingPointError("max-of-batches masses not representable; "
                                      f"batches={B}, shift={d}")
         out.append(masses)
