@@ -160,7 +160,7 @@ class PrivacyBucketsAccountant:
                 # fast path: the step repeats the last entry (the usual case in training)
                 if (noise_multiplier == last[0] and sample_rate == last[1]
                         and type(noise_multiplier) is float and type(sample_rate) is float
-                        and type(last[2]) is int and last[2] >= 0):
+                        and type(last[2]) is int and 0 <= last[2] < MAX_STEPS):
                     history[-1] = (last[0], last[1], last[2] + 1)
                     return
             sigma, q = _validate_step(noise_multiplier, sample_rate)
@@ -168,6 +168,11 @@ class PrivacyBucketsAccountant:
                 # the list may have been changed in place: check what is extended
                 last_sigma, last_q, count = _validated_entry(history[-1], len(history) - 1)
                 if last_sigma == sigma and last_q == q:
+                    if count >= MAX_STEPS:
+                        # (a longer entry could be neither queried nor loaded back)
+                        raise ValueError(
+                            f"step would make history[{len(history) - 1}] num_steps "
+                            f"{count + 1}, above the maximum {MAX_STEPS}")
                     history[-1] = (last_sigma, last_q, count + 1)
                     return
             history.append((sigma, q, 1))

@@ -135,6 +135,22 @@ def test_len_counts_steps_not_entries():
     assert len(acc) == 123         # Opacus's own accountants would say 2 (opacus #834)
 
 
+def test_step_refuses_to_pass_the_largest_count_and_keeps_history():
+    """A step beyond MAX_STEPS in one entry could be neither queried nor loaded back
+    from a checkpoint: it is refused before the history changes (both step paths)."""
+    from pb_accountant._validation import MAX_STEPS
+    for sigma, q in ((1.0, 0.01), (np.float64(1.0), np.float32(0.5))):
+        acc = PrivacyBucketsAccountant()
+        acc.history = [(float(sigma), float(q), MAX_STEPS)]
+        before = acc.state_dict()
+        with pytest.raises(ValueError, match="num_steps"):
+            acc.step(noise_multiplier=sigma, sample_rate=q)
+        assert acc.state_dict() == before
+        PrivacyBucketsAccountant().load_state_dict(acc.state_dict())
+        acc.step(noise_multiplier=2.0, sample_rate=q)      # another entry is still fine
+        assert acc.history[-1] == (2.0, float(q), 1)
+
+
 def test_history_is_directly_assignable_and_never_stale():
     """get_noise_multiplier assigns history again and again on one accountant."""
     acc = PrivacyBucketsAccountant()
