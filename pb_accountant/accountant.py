@@ -168,12 +168,11 @@ class PrivacyBucketsAccountant:
                 # the list may have been changed in place: check what is extended
                 last_sigma, last_q, count = _validated_entry(history[-1], len(history) - 1)
                 if last_sigma == sigma and last_q == q:
-                    if count >= MAX_STEPS:
-                        # (a longer entry could be neither queried nor loaded back)
-                        raise ValueError(
-                            f"step would make history[{len(history) - 1}] num_steps "
-                            f"{count + 1}, above the maximum {MAX_STEPS}")
-                    history[-1] = (last_sigma, last_q, count + 1)
+                    # (the history's own check: a longer entry could be neither queried
+                    # nor loaded back)
+                    count = check_count(f"history[{len(history) - 1}] num_steps", count + 1,
+                                        maximum=MAX_STEPS)
+                    history[-1] = (last_sigma, last_q, count)
                     return
             history.append((sigma, q, 1))
 
