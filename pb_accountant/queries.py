@@ -154,7 +154,8 @@ class ThresholdSum:
              + sign * self.absolute - delta)
         Qs = self.Qs[k]
         if Qs > 0 and K > 0:
-            x = math.log(K / Qs) + float(self.shift[self.block[k]])
+            with np.errstate(over="ignore"):         # K / Qs past the range: hi
+                x = math.log(K / Qs) + float(self.shift[self.block[k]])
             return float(min(max(x, lo), hi))
         return hi
 

@@ -36,7 +36,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ._fp import UNIT_ROUNDOFF
-from .buckets import GROUPED_DIRECTIONS, GroupedBuckets, Grid, SplitBuckets
+from .buckets import GROUPED_DIRECTIONS, MAX_LOSS_RANGE, GroupedBuckets, Grid, SplitBuckets
 from .composition import BucketOptions, BucketSet, Plan, compose_split, follow_plan
 
 _U = UNIT_ROUNDOFF
@@ -140,6 +140,21 @@ def _covering(step: float, i_lo: int, i_hi: int) -> Grid:
     return Grid(step, n, i_lo + n)
 
 
+def _leaf_covering(step: float, i_lo: int, i_hi: int, pad: int = 4) -> Optional[Grid]:
+    """``_covering`` of i_lo - pad..i_hi + pad with every point's loss inside
+    MAX_LOSS_RANGE (a leaf forms e^t: the padding stops there), or None where no grid
+    of spacing ``step`` covers i_lo..i_hi inside it."""
+    limit = math.floor(MAX_LOSS_RANGE / step)
+    if i_lo < -limit or i_hi > limit:
+        return None
+    lo, hi = max(i_lo - pad, -limit), min(i_hi + pad, limit)
+    n = max(2, math.ceil((hi - lo) / 2))
+    n += n % 2
+    if 2 * n > 2 * limit:
+        return None
+    return Grid(step, n, min(lo + n, limit - n))
+
+
 def _cut_masses(pair, bulk: Grid, rest: Grid, W: float):
     """``leaf_masses`` of both parts from one set of cut points (the bulk's points up to
     W, the rest's above it), so that the two parts partition the events exactly: per
@@ -202,7 +217,9 @@ def part_leaves(pair, cut: TwoScaleLeaf) -> Optional[Tuple[Part, Part]]:
     W = cut.cut * H
     lo = cut.low * r
     hi = cut.high
-    grids = (_covering(h, lo - 4, cut.cut * r + 4), _covering(H, cut.cut - 4, hi + 4))
+    grids = (_leaf_covering(h, lo, cut.cut * r), _leaf_covering(H, cut.cut, hi))
+    if None in grids:
+        return None
     parts = []
     for grid, masses in zip(grids, _cut_masses(pair, *grids, W)):
         values, mass = _part_leaf(grid, masses)

@@ -52,12 +52,15 @@ def test_the_rule_takes_the_corner_and_declines_elsewhere():
 
 def test_the_parts_partition_one_step():
     """Bulk plus rest, scaled back, hold one step's whole mass (1, within the certified
-    errors) and no more."""
+    errors) and no more.  (The B row may hold slightly more: its split is placed
+    pessimistically, ``_split_leaf_rows``; a double-counted bucket would add far more
+    than the 1e-12 allowed for that.)"""
     bulk, rest = two_scale.part_leaves(CORNER, _cut(CORNER))
     whole = two_scale.merged(bulk, rest).split
     exact = np.array([1.0, 1.0])
     tol = whole.masses() * whole.relative + whole.error + 1e-15
-    assert np.all(np.abs(whole.masses() - exact) <= tol)
+    assert np.all(whole.masses() >= exact - tol)
+    assert np.all(whole.masses() <= exact + tol + 1e-12)
     for part in (bulk, rest):        # stored at mass at most 1
         assert np.all(part.split.masses() <= 1.0)
 
@@ -395,3 +398,22 @@ def test_two_scale_parts_with_a_dominant_infinity_atom_answer(steps, delta):
     ref = one.get_epsilon_bounds(delta)
     assert 0.0 <= b.lower <= b.upper < float("inf")
     assert max(b.lower, ref.lower) <= min(b.upper, ref.upper)
+
+
+def test_parts_stay_inside_the_loss_range_at_tiny_noise():
+    """sigma 0.02 at q 0.01: the leaf reaches |loss| 700, and the parts' padded grids
+    must not pass it (e^t overflowed: an 'engine limit' inf where [0, 0] is certified).
+    One step's distinguishing mass is q, so delta(0) of 10 steps is 1 - 0.99^10 up to
+    e^{-1000}."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(0.02, 0.01, 10)]
+    eb = acc.get_epsilon_bounds(0.5)
+    assert (eb.lower, eb.upper) == (0.0, 0.0) and not any("engine" in n for n in eb.notes)
+    db = acc.get_delta_bounds(0.0)
+    exact = 1.0 - 0.99 ** 10
+    assert db.lower <= exact * (1 + 1e-12) and exact <= db.upper <= exact * (1 + 1e-9)
+    for step, lo, hi in ((2.0, 1, 350), (0.03125, -64, 32), (4.0, 1, 175)):
+        grid = two_scale._leaf_covering(step, lo, hi)
+        assert grid.losses[0] <= lo * step and grid.losses[-1] >= hi * step
+        assert np.max(np.abs(grid.losses)) <= two_scale.MAX_LOSS_RANGE
+    assert two_scale._leaf_covering(2.0, 1, 351) is None      # 702 > 700: no grid
