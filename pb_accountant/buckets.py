@@ -324,6 +324,14 @@ def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atom
     return np.where(np.isnan(err), np.inf, err)
 
 
+def _infinity_product(a1: float, a2: float, excess1: float, excess2: float) -> float:
+    """The infinity atom of a product: a1 M2 + a2 M1 - a1 a2 with M_i <= 1 + excess_i
+    (its rounding is charged by ``_propagate``'s ``atoms``); inf, never NaN, once it
+    leaves the floating-point range."""
+    z = a1 + a2 - a1 * a2 + (a1 * excess2 + a2 * excess1)
+    return math.inf if math.isnan(z) else float(z)
+
+
 def leaf_masses(pair, cuts, spacing: float):
     """(a, b, ea, eb, shift) of ``pair`` on the cut points ``cuts``: event sets with
     displaced borders (``bucket_masses_with_displacement``) while every displacement
@@ -546,6 +554,17 @@ class SplitBuckets(BucketRepresentation):
     def masses(self) -> np.ndarray:
         return self.rows.sum(axis=1) + np.array([self.a_inf, self.b_minf])
 
+    def mass_excess(self) -> np.ndarray:
+        """Per row, an upper bound on max(M - 1, 0), M the reference's whole mass (rows
+        within their certified errors, plus the atom): the infinity atoms' product
+        formula charges it (``from_product``)."""
+        n = self.rows.shape[1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            m = ((self.rows.sum(axis=1) * (1.0 + self.relative)
+                  + np.array([self.a_inf, self.b_minf]) + self.error)
+                 * (1.0 + (n + 8) * _U))
+        return np.where(np.isnan(m), np.inf, np.maximum(m - 1.0, 0.0))
+
     @property
     def infinity_bucket(self) -> Tuple[float, float]:
         return self.a_inf, self.b_minf
@@ -629,11 +648,19 @@ class SplitBuckets(BucketRepresentation):
         return self.from_product(other, z, fft_err)
 
     def from_product(self, other: "SplitBuckets", z, fft_err) -> "SplitBuckets":
-        """The full product given the convolved rows ``z`` and their round-off bounds."""
+        """The full product given the convolved rows ``z`` and their round-off bounds.
+
+        An infinity atom of the product is a1 M2 + a2 M1 - a1 a2 (M: an operand's whole
+        reference mass), which is a1 + a2 - a1 a2 while M <= 1; a reference may hold
+        more (the leaf's B row places its split pessimistically, which adds B-mass), and
+        the excess M - 1 is then charged in full."""
         n = self.grid.number_of_buckets
-        a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
-        b_minf = self.b_minf + other.b_minf - self.b_minf * other.b_minf
-        atoms = np.array([self.a_inf + other.a_inf, self.b_minf + other.b_minf])
+        ex, ey = self.mass_excess(), other.mass_excess()
+        with np.errstate(over="ignore", invalid="ignore"):
+            a_inf = _infinity_product(self.a_inf, other.a_inf, ex[0], ey[0])
+            b_minf = _infinity_product(self.b_minf, other.b_minf, ex[1], ey[1])
+            atoms = np.array([self.a_inf * (1.0 + ey[0]) + other.a_inf * (1.0 + ex[0]),
+                              self.b_minf * (1.0 + ey[1]) + other.b_minf * (1.0 + ex[1])])
         err = _propagate(self.error, self.relative, self.masses(), other.error,
                          other.relative, other.masses(), fft_err, np.zeros((2, 1)), atoms)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)

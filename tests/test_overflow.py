@@ -184,3 +184,45 @@ def test_delta_queries_answer_an_engine_limit_with_the_valid_trivial_bounds(monk
     with pytest.warns(RuntimeWarning):
         many = acc.get_delta_bounds([0.5, 2.0])
     assert list(many.lower) == [0.0, 0.0] and list(many.upper) == [1.0, 1.0]
+
+
+def test_privacy_curve_answers_an_engine_limit_with_the_valid_trivial_curve():
+    """sigma 0.1, q 0.1, 10^8 steps overflows the grouped rows: the curve is delta in
+    [0, 1] at every epsilon with the reason and a warning (it raised OverflowError)."""
+    acc = _accountant(0.1, 0.1, 10 ** 8)
+    with pytest.warns(RuntimeWarning, match="could not certify the privacy curve"):
+        curve = acc.get_privacy_curve(num=5)
+    assert list(curve.epsilons) == list(np.linspace(0.0, 1.0, 5))
+    assert not curve.delta_lower.any() and (curve.delta_upper == 1.0).all()
+    assert "engine limit" in curve.notes[0] and curve.method == "none"
+    with pytest.warns(RuntimeWarning):
+        given = acc.get_privacy_curve([0.5, 3.0])
+    assert list(given.epsilons) == [0.5, 3.0] and list(given.delta_upper) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="num"):          # user errors still raise first
+        acc.get_privacy_curve(num=1)
+
+
+def test_leaf_mass_past_one_is_charged_to_the_products_infinity_atoms():
+    """A leaf's B row may hold more than mass 1 (its split is placed pessimistically:
+    2.3e-4 more at sigma 1e-6), so a product's -inf atom is b1 M2 + b2 M1 - b1 b2, not
+    b1 + b2 - b1 b2; against exact rational arithmetic.  At 5.1e6 such steps the mass
+    leaves the floating-point range: an engine limit (inf, with the reason), where the
+    atom formula went negative and NaN reached the error bounds (an internal error)."""
+    from fractions import Fraction as F
+    from pb_accountant.buckets import SplitBuckets
+    grid = Grid(0.5, 2)
+    x = SplitBuckets(grid, np.array([[0.1, 0.2, 0.3, 0.2, 0.1], [0.3, 0.3, 0.2, 0.1, 0.2]]),
+                     0.1, 0.25, np.zeros(2))
+    y = SplitBuckets(grid, np.array([[0.2, 0.2, 0.2, 0.1, 0.2], [0.4, 0.2, 0.2, 0.2, 0.1]]),
+                     0.1, 0.5, np.zeros(2))
+    z = x.compose_full(y)
+    for row, ax, ay, got in ((0, x.a_inf, y.a_inf, z.a_inf), (1, x.b_minf, y.b_minf, z.b_minf)):
+        mx = sum(F(v) for v in x.rows[row]) + F(ax)
+        my = sum(F(v) for v in y.rows[row]) + F(ay)
+        exact = F(ax) * my + F(ay) * mx - F(ax) * F(ay)
+        assert F(got) + F(float(z.error[row])) >= exact
+        assert F(got) <= exact * (1 + F(1, 10 ** 9))
+    acc = _accountant(1e-6, 1e-3, 5_100_000)
+    with pytest.warns(RuntimeWarning, match="engine limit"):
+        eb = acc.get_epsilon_bounds(1e-5)
+    assert eb.upper == math.inf and "engine limit" in eb.notes[0]
