@@ -284,12 +284,26 @@ class PrivacyBucketsAccountant:
         if epsilons is not None:
             epsilons = check_epsilons(epsilons)
         num = check_count("num", num, minimum=2, maximum=MAX_CURVE_POINTS)
-        sp = self._sampled(self._snapshot())
-        if sp.lower is None:
-            return self._engine(None, lower=True).curve(epsilons, num)
-        up = compose_history(self._composer, list(sp.upper), None, ("split",))
-        curve = up.curve(epsilons, num)
-        db = self._delta_bounds(curve.epsilons, self._snapshot(), self._assumptions)
+        history = self._snapshot()
+        sp = self._sampled(history)                              # user errors raise
+        try:
+            if sp.lower is None:
+                curve = compose_history(self._composer, list(sp.upper), None,
+                                        ("split", "grouped")).curve(epsilons, num)
+                return dataclasses.replace(curve, notes=curve.notes + sp.notes)
+            up = compose_history(self._composer, list(sp.upper), None, ("split",))
+            curve = up.curve(epsilons, num)
+        except ENGINE_LIMITS as exc:
+            # as for epsilon (``_bounds``): the valid looser curve, delta in [0, 1]
+            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
+                      "the upper bound 1 is valid but uninformative")
+            warnings.warn(f"pb accountant could not certify the privacy curve: {reason}",
+                          RuntimeWarning, stacklevel=2)
+            eps = np.linspace(0.0, 1.0, num) if epsilons is None else np.asarray(
+                epsilons, dtype=float)
+            return PrivacyCurve(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None,
+                                (reason,) + sp.notes)
+        db = self._delta_bounds(curve.epsilons, history, self._assumptions)
         return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower), np.asarray(db.upper),
                             "best", curve.grid, db.notes)
 
