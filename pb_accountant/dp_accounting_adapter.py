@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import threading
+import warnings
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -39,7 +41,7 @@ import numpy as np
 from dp_accounting import dp_event
 from dp_accounting import privacy_accountant
 
-from ._validation import check_array, check_real
+from ._validation import MAX_STEPS, _scalar, check_array, check_count, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant, step_pair
 from .composition import canonical_history
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds, compose_history, upper_only
@@ -95,6 +97,8 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             if not (add_remove or replace):
                 return None, _no_pair(event, f"GaussianDpEvent needs ADD_OR_REMOVE_ONE or "
                                              f"REPLACE_ONE, found {rel}"), False
+            if not _is_real(sigma) or float(sigma) < 0.0:
+                return None, _no_pair(event, _NOISE_RANGE.format(sigma)), False
             if _is_zero(sigma):
                 return None, None, True
             return self._make(event, lambda: Gaussian(float(sigma), 1.0 if add_remove else 2.0))
@@ -102,6 +106,8 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             if not add_remove:
                 return None, _no_pair(event, f"LaplaceDpEvent needs ADD_OR_REMOVE_ONE, "
                                              f"found {rel}"), False
+            if not _is_real(event.noise_multiplier) or float(event.noise_multiplier) < 0.0:
+                return None, _no_pair(event, _NOISE_RANGE.format(event.noise_multiplier)), False
             if _is_zero(event.noise_multiplier):
                 return None, None, True
             return self._make(event, lambda: Laplace(float(event.noise_multiplier)))
@@ -127,6 +133,8 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             if q == 0.0:
                 return None, None, False                  # never touches the data
             scale = inner.noise_multiplier
+            if not _is_real(scale) or float(scale) < 0.0:
+                return None, _no_pair(event, _NOISE_RANGE.format(scale)), False
             if _is_zero(scale):
                 # the sampled record is revealed: distinguishing mass q (as the accountant)
                 return self._make(event, lambda: DiscretePair((1.0 - q, q), (1.0, 0.0)))
@@ -171,7 +179,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return None, None, False
         sigma = inner.noise_multiplier
         if not _is_real(sigma) or float(sigma) < 0.0:
-            return None, _no_pair(event, f"noise_multiplier must be >= 0, got {sigma!r}"), False
+            return None, _no_pair(event, _NOISE_RANGE.format(sigma)), False
 
         def build():
             upper, lower = step_pairs(gaussian_noise(float(sigma)), q, sampler, "replace_one")
@@ -204,34 +212,60 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return None, _no_pair(event, str(exc)), False
 
     # -- the dp_accounting contract ---------------------------------------------------
+    def compose(self, event, count: int = 1):
+        """dp_accounting's ``compose``, with ``count`` checked first (an integer in
+        [1, MAX_STEPS]: a ValueError naming it, before any state changes)."""
+        check_count("count", count, minimum=1, maximum=MAX_STEPS)
+        return super().compose(event, count)
+
     def _maybe_compose(self, event, count: int, do_compose: bool):
+        # the whole event is checked (every leaf, and each merged count against
+        # MAX_STEPS) before anything is composed; ``supports`` (count 0) asks whether
+        # composing it once would be
+        leaves: List[Tuple[Optional[MechanismPair], int, bool, str]] = []
+        error = self._collect(event, max(count, 1), leaves)
+        if error is not None:
+            return error
+        with self._lock:
+            pairs = list(canonical_history(
+                self._pairs + [(pair, c) for pair, c, _, _ in leaves if pair is not None]))
+            largest = max((c for _, c in pairs), default=0)
+            if largest > MAX_STEPS:
+                return _no_pair(event, "the composed count of one mechanism must be an "
+                                       f"integer <= {MAX_STEPS}, got {largest}")
+            if do_compose and count:
+                self._pairs = pairs
+                self._contains_non_dp_event |= any(non_private for _, _, non_private, _
+                                                   in leaves)
+                self._samplers.update(sampler for pair, _, _, sampler in leaves
+                                      if pair is not None)
+        return None
+
+    def _collect(self, event, count: int, leaves):
+        """Append (pair or None, count, non_private, sampler) for every leaf of ``event``
+        composed ``count`` times; the first leaf's error, or None."""
         if isinstance(event, dp_event.NoOpDpEvent):
             return None
         if isinstance(event, dp_event.NonPrivateDpEvent):
-            if do_compose and count:
-                with self._lock:
-                    self._contains_non_dp_event = True
+            if count:
+                leaves.append((None, count, True, "none"))
             return None
         if isinstance(event, dp_event.SelfComposedDpEvent):
-            if isinstance(event.count, bool) or not isinstance(event.count, int) or event.count < 0:
-                return _no_pair(event, f"count must be an integer >= 0, got {event.count!r}")
-            return self._maybe_compose(event.event, event.count * count, do_compose)
+            if not _is_count(event.count):
+                return _no_pair(event, f"count must be an integer >= 0 and <= {MAX_STEPS}, "
+                                       f"got {event.count!r}")
+            return self._collect(event.event, event.count * count, leaves)
         if isinstance(event, dp_event.ComposedDpEvent):
             for e in event.events:
-                result = self._maybe_compose(e, count, do_compose)
+                result = self._collect(e, count, leaves)
                 if result is not None:
                     return result
             return None
         pair, error, non_private = self._leaf_pair(event)
         if error is not None:
             return error
-        if do_compose and count:
-            with self._lock:
-                if non_private:
-                    self._contains_non_dp_event = True
-                elif pair is not None:
-                    self._pairs = list(canonical_history(self._pairs + [(pair, int(count))]))
-                    self._samplers.add(_SAMPLER_OF.get(type(event), "none"))
+        if count and (non_private or pair is not None):
+            leaves.append((pair, count, non_private, _SAMPLER_OF.get(type(event), "none")))
         return None
 
     def _tagged(self, result):
@@ -293,8 +327,9 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             result = adaptive_epsilon_bounds(composer, pairs, delta)
             return self._tagged(result if lower else upper_only(result))
         except ENGINE_LIMITS as exc:
-            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
-                      "the upper bound inf is valid but uninformative")
+            reason = _limit_reason(exc, "the upper bound inf is valid but uninformative")
+            warnings.warn(f"pb accountant could not certify epsilon: {reason}", RuntimeWarning,
+                          stacklevel=2)
             return self._tagged(EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,)))
 
     def get_delta_bounds(self, target_epsilon) -> DeltaBounds:
@@ -310,7 +345,14 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             zero = np.zeros_like(eps)
             return self._tagged(_delta_result(eps, zero, zero, scalar, ()))
         infinite = np.isinf(eps)
-        db = self.engine().delta_bounds(np.where(infinite, _LARGE_EPSILON, eps))
+        try:
+            db = self.engine().delta_bounds(np.where(infinite, _LARGE_EPSILON, eps))
+        except ENGINE_LIMITS as exc:
+            reason = _limit_reason(exc, "the upper bound 1 is valid but uninformative")
+            warnings.warn(f"pb accountant could not certify delta: {reason}", RuntimeWarning,
+                          stacklevel=2)
+            return self._tagged(_delta_result(eps, np.zeros_like(eps), np.ones_like(eps),
+                                              scalar, (reason,), method="none"))
         lo = np.where(infinite, 0.0, np.atleast_1d(db.lower))
         up = np.atleast_1d(db.upper)
         return self._tagged(_delta_result(eps, lo, up, scalar, tuple(db.notes), db.grid))
@@ -323,27 +365,57 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
     def get_tradeoff_bounds(self, fpr=None, **kwargs):
         """Certified bounds on the trade-off curve and the attacker's TPR at ``fpr``
         (docs/attack-risk.md); see :func:`pb_accountant.tradeoff.tradeoff_bounds`."""
-        from .tradeoff import tradeoff_bounds, trivial_tradeoff
+        from .tradeoff import _check_fpr, tradeoff_bounds, trivial_tradeoff
+        _check_fpr(fpr)                                     # user errors raise first
         if self._contains_non_dp_event:
             return trivial_tradeoff(fpr, note="a NonPrivateDpEvent was composed: no guarantee")
-        return tradeoff_bounds(self.engine(), fpr, **kwargs)
+        try:
+            return tradeoff_bounds(self.engine(), fpr, **kwargs)
+        except ENGINE_LIMITS as exc:
+            reason = _limit_reason(exc)
+            warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
+                          RuntimeWarning, stacklevel=2)
+            return trivial_tradeoff(fpr, note=reason)
 
 
+#: the range of a noise parameter (a finite real number, not a bool or a string)
+_NOISE_RANGE = "noise_multiplier must be a finite real number >= 0, got {!r}"
 #: smallest positive double: the lower bound at delta = 0 is the one at this delta
 _TINY = 5e-324
 #: where delta(inf) is bounded from above (delta is non-increasing)
 _LARGE_EPSILON = 1e6
 
 
-def _delta_result(eps, lo, up, scalar, notes, grid=None) -> DeltaBounds:
+def _delta_result(eps, lo, up, scalar, notes, grid=None, method="best") -> DeltaBounds:
     if scalar:
-        return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]), "best", grid, notes)
-    return DeltaBounds(eps, lo, up, "best", grid, notes)
+        return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]), method, grid, notes)
+    return DeltaBounds(eps, lo, up, method, grid, notes)
+
+
+def _limit_reason(exc, consequence: str = "") -> str:
+    """The note of an engine limit (as ``PrivacyBucketsAccountant``'s)."""
+    reason = f"engine limit reached ({type(exc).__name__}: {exc})"
+    return f"{reason}; {consequence}" if consequence else reason
+
+
+def _as_number(x):
+    """numpy / 0-d array values (JAX's too) as Python numbers; anything else unchanged."""
+    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError):
+            return x
+    return _scalar(x)
 
 
 def _is_real(x) -> bool:
-    import numbers
+    x = _as_number(x)
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _is_count(x) -> bool:
+    """A Python int in [0, MAX_STEPS] (dp_accounting's ledger takes ints alone)."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_STEPS
 
 
 def _is_zero(x) -> bool:

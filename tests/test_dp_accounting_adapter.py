@@ -49,6 +49,12 @@ UNSUPPORTED_AR = [
     de.ComposedDpEvent([de.GaussianDpEvent(1.0), de.UnsupportedDpEvent()]),
     de.SelfComposedDpEvent(de.ZCDpEvent(0.1), 2),
     de.GaussianDpEvent(-1.0),                             # invalid parameter: no number
+    de.GaussianDpEvent("1.0"),                            # not a number at all
+    de.GaussianDpEvent(True),
+    de.LaplaceDpEvent("2"),
+    de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(math.nan)),
+    de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 10 ** 15 + 1),   # past MAX_STEPS
+    de.SelfComposedDpEvent(de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 10 ** 8), 10 ** 8),
 ]
 
 
@@ -476,3 +482,44 @@ def test_results_record_relation_and_sampler_where_the_result_type_has_them():
     b = PrivacyBucketsDpAccountant(AR).compose(de.ComposedDpEvent(
         [PG(0.1, G(1.0)), G(3.0)])).get_epsilon_bounds(1e-5)
     assert (b.neighbouring, b.sampler) == ("add_remove", "none+poisson")
+
+
+def test_counts_past_the_largest_are_refused_before_any_change():
+    """compose's count, nested SelfComposed counts and a mechanism's merged count stay
+    within MAX_STEPS (10^15), as the accountant's history does; a refusal changes
+    nothing."""
+    acc = PrivacyBucketsDpAccountant(AR).compose(G(1e7), 10 ** 15)
+    before = acc.get_epsilon(1e-5)
+    with pytest.raises(ValueError, match="count must be an integer >= 1 and <= 1000000000000000"):
+        PrivacyBucketsDpAccountant(AR).compose(G(1e7), 10 ** 15 + 1)
+    for count in (1.5, True, "2"):
+        with pytest.raises(ValueError, match="count"):
+            acc.compose(G(1e7), count)
+    with pytest.raises(dpa.UnsupportedEventError, match="1000000000000001"):
+        acc.compose(G(1e7))                                # merged count 10^15 + 1
+    assert not acc.supports(G(1e7)) and acc.supports(G(2e7))
+    assert acc.history[0][1] == 10 ** 15 and acc.get_epsilon(1e-5) == before
+    assert acc.ledger == de.SelfComposedDpEvent(G(1e7), 10 ** 15)
+
+
+def test_engine_limits_give_noted_trivial_answers_in_every_query():
+    """A history past the engine's floating-point range (sigma 0.1, q 0.1, 10^8 steps:
+    epsilon in the tens of millions) gives the valid looser answers with the reason and
+    a warning, never an OverflowError: epsilon inf, delta 1, the trivial trade-off."""
+    acc = PrivacyBucketsDpAccountant(AR).compose(
+        de.SelfComposedDpEvent(de.PoissonSampledDpEvent(0.1, G(0.1)), 10 ** 8))
+    with pytest.warns(RuntimeWarning, match="could not certify epsilon"):
+        eb = acc.get_epsilon_bounds(1e-5)
+    assert (eb.lower, eb.upper) == (0.0, math.inf) and "engine limit" in eb.notes[0]
+    with pytest.warns(RuntimeWarning, match="could not certify delta"):
+        db = acc.get_delta_bounds([0.5, 10.0])
+    assert list(db.lower) == [0.0, 0.0] and list(db.upper) == [1.0, 1.0]
+    assert "engine limit" in db.notes[0] and db.method == "none"
+    with pytest.warns(RuntimeWarning):
+        assert acc.get_delta(1.0) == 1.0
+    with pytest.warns(RuntimeWarning, match="trade-off"):
+        tb = acc.get_tradeoff_bounds([0.01])
+    assert "engine limit" in tb.notes[0]
+    assert tb.tpr_lower[0] == pytest.approx(0.01) and tb.tpr_upper[0] == 1.0
+    with pytest.raises(ValueError, match="fpr"):          # user errors still raise first
+        acc.get_tradeoff_bounds([2.0])
