@@ -355,6 +355,31 @@ def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int,
     return tuple(out)
 
 
+#: a history's sample_rate within this relative distance of a rate the sizes give matches
+RATE_MATCH = 1e-6
+
+
+def rate_mismatch_notes(history, a: Assumptions) -> Tuple[str, ...]:
+    """A note where the sizes are known and a step's sample_rate is none of the rates
+    they give (b/n; 1/ceil(n/b) and 1/floor(n/b), Opacus's rate for a loader without
+    and with drop_last): the bound then rests on a rate the run may not have used."""
+    n, b = a.dataset_size, a.batch_size
+    if n is None or b is None:
+        return ()
+    rates = (b / n, 1.0 / -(-n // b), 1.0 / (n // b))
+    odd = sorted({q for _, q, count in history if count and q > 0.0
+                  and not any(abs(q - r) <= RATE_MATCH * r for r in rates)})
+    if not odd:
+        return ()
+    used = {"poisson": "the history's sample_rate",
+            "fixed_size": f"b/n = {b / n:.6g}",
+            "shuffle": f"{-(-n // b)} batches per epoch"}[a.sampler]
+    shown = ", ".join(f"{q:.6g}" for q in odd[:3]) + (", ..." if len(odd) > 3 else "")
+    return (f"sample_rate {shown} in the history differs from batch_size/dataset_size = "
+            f"{b}/{n} = {b / n:.6g} (and from 1/ceil(n/b), 1/floor(n/b)); the {a.sampler} "
+            f"bound uses {used}: check that the sizes and the rates describe the same run",)
+
+
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
                   dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
                   noise: NoiseOf = gaussian_noise) -> SampledPairs:
@@ -364,7 +389,7 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     pass an :class:`IntegerNoise`).
     """
     a = check_assumptions(sampler, neighbouring, dataset_size, batch_size)
-    notes: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = rate_mismatch_notes(history, a)
     if a.sampler == "shuffle":
         B = a.batches_per_epoch
         upper = shuffle_upper_pairs(history, a.neighbouring, B, noise)
@@ -372,14 +397,14 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
         rel = max((p.relative_error for p, _ in lower), default=0.0)
         count = sum(c for _, c in lower)
         total = sum(c for _, c in upper)
-        notes = (SHUFFLE_NOTE,)
+        notes += (SHUFFLE_NOTE,)
         if count < total:
             notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
                       "and epochs whose noise varies are left out)",)
         return SampledPairs(upper, lower, rel, count, notes)
     fraction = a.batch_fraction if a.sampler == "fixed_size" else None
     if a.sampler == "fixed_size" and fraction is None:
-        notes = ("fixed_size: the batch fraction b/n is taken from the history's "
+        notes += ("fixed_size: the batch fraction b/n is taken from the history's "
                  "sample_rate (give dataset_size and batch_size to use b/n)",)
     upper, lower = [], []
     tight = True
@@ -459,12 +484,17 @@ def available_samplers(assumptions: Assumptions) -> List[Assumptions]:
     relation; shuffle, undefined under add_remove, under replace_special, which for
     Poisson gives the same pair as add_remove)."""
     out = []
+    n, b = assumptions.dataset_size, assumptions.batch_size
+    both = n is not None and b is not None
     for s in SAMPLERS:
         rel = assumptions.neighbouring
         if s == "shuffle":
-            if assumptions.dataset_size is None:
+            if not both:
                 continue
             if rel == "add_remove":
                 rel = "replace_special"
-        out.append(Assumptions(s, rel, assumptions.dataset_size, assumptions.batch_size))
+        # (fixed-size batches with one size alone: the rates of the history, as with
+        # neither; Poisson keeps what it was given)
+        sizes = (n, b) if both or s == "poisson" else (None, None)
+        out.append(Assumptions(s, rel, *sizes))
     return out

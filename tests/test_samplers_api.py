@@ -463,3 +463,32 @@ def test_threads_get_the_single_threaded_bits_for_every_sampler():
         for t in threads:
             t.join()
         assert answers == [expected] * 4
+
+
+@pytest.mark.parametrize("sizes", [{"dataset_size": 1000}, {"batch_size": 10}])
+def test_by_sampler_with_one_size_known_answers_like_neither(sizes):
+    """One size alone cannot fix b/n: fixed_size takes the history's rates (with its
+    note) and shuffle is left out, as with neither (it raised a ValueError)."""
+    acc = PrivacyBucketsAccountant(**sizes)
+    acc.history = [(1.0, 0.01, 100)]
+    bare = PrivacyBucketsAccountant()
+    bare.history = [(1.0, 0.01, 100)]
+    by, ref = acc.get_epsilon_bounds_by_sampler(1e-5), bare.get_epsilon_bounds_by_sampler(1e-5)
+    assert list(by) == ["poisson", "fixed_size"]
+    assert by["fixed_size"] == ref["fixed_size"] and by["poisson"] == ref["poisson"]
+
+
+@pytest.mark.parametrize("sampler,neighbouring", [("poisson", "add_remove"),
+                                                  ("fixed_size", "add_remove"),
+                                                  ("shuffle", "replace_special")])
+def test_a_sample_rate_the_sizes_contradict_is_noted(sampler, neighbouring):
+    """With both sizes known, a step's sample_rate that is none of b/n, 1/ceil(n/b),
+    1/floor(n/b) is flagged (the bound rests on one of the two; the run used one)."""
+    acc = PrivacyBucketsAccountant(sampler=sampler, neighbouring=neighbouring,
+                                   dataset_size=1005, batch_size=10)
+    for q in (10 / 1005, 1 / 101, 1 / 100):                 # b/n, ceil, floor: no note
+        acc.history = [(1.0, q, 101)]
+        assert not any("differs" in n for n in acc.get_epsilon_bounds(1e-5).notes)
+    acc.history = [(1.0, 0.05, 101), (1.0, 1 / 101, 101)]
+    notes = [n for n in acc.get_epsilon_bounds(1e-5).notes if "differs" in n]
+    assert len(notes) == 1 and "0.05" in notes[0] and sampler in notes[0]
