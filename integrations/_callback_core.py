@@ -188,6 +188,8 @@ class BudgetMonitor:
         guard = state.get("guard")
         if guard is not None and not isinstance(guard, dict):
             raise ValueError(f"state['guard'] must be a dict or None, got {guard!r}")
+        if guard is not None:
+            BudgetGuard.check_state(guard)           # before anything is restored
         self.restored = restore_accountant(self.accountant, state.get("accountant"))
         self.tracker.epoch, self.tracker.steps_seen = epoch, seen
         self._guard_state = guard

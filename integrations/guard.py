@@ -421,11 +421,18 @@ class BudgetGuard:
                 "stop_message": self.stop_message, "max_epsilon": self.max_epsilon,
                 "delta": self.delta}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`; a stop is kept only for the same budget and delta."""
+    @staticmethod
+    def check_state(state) -> int:
+        """Validate a :meth:`state_dict` (ValueError naming what is wrong) without
+        loading it; its refused-step count.  Callers that restore more than the guard
+        check it before they change anything."""
         if not isinstance(state, dict) or "should_stop" not in state:
             raise ValueError(f"state must be a dict from BudgetGuard.state_dict(), got {state!r}")
-        refused = check_count("state['refused_steps']", state.get("refused_steps", 0))
+        return check_count("state['refused_steps']", state.get("refused_steps", 0))
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; a stop is kept only for the same budget and delta."""
+        refused = self.check_state(state)
         same_budget = (state.get("max_epsilon") == self.max_epsilon
                        and state.get("delta") == self.delta)
         self.refused_steps = refused

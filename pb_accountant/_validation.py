@@ -60,7 +60,10 @@ def check_real(name: str, value, *, low=None, high=None, low_open=False, high_op
     rng = _range_text(low, high, low_open, high_open, allow_inf)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number in {rng}, got {value!r}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:                    # an int or Fraction past the float range
+        x = math.inf if value > 0 else -math.inf
     if math.isnan(x) or (math.isinf(x) and not allow_inf):
         raise ValueError(f"{name} must be a finite number in {rng}, got {value!r}")
     if low is not None and (x < low or (low_open and x == low)):

@@ -125,8 +125,18 @@ class BucketOptions:
                 raise ValueError(f"number_of_buckets must be an even integer >= 2, got {n!r}")
         if self.factor is not None:
             check_real("factor", self.factor, low=1.0, low_open=True)
+            # the leaf forms e^t: even the fewest buckets (2, or the given number) must
+            # stay inside MAX_LOSS_RANGE (said here, not at the first query)
+            n = self.number_of_buckets or 2
+            top = math.exp(MAX_LOSS_RANGE / n)
+            if n * math.log(self.factor) > MAX_LOSS_RANGE:
+                raise ValueError(f"factor must be > 1 and <= e^({MAX_LOSS_RANGE:g}/{n}) = "
+                                 f"{top:.6g} with number_of_buckets={n} (the leaf's losses "
+                                 f"stay within {MAX_LOSS_RANGE:g}), got {self.factor!r}")
         if self.free_infty_budget is not None:
-            check_real("free_infty_budget", self.free_infty_budget, low=0.0, high=1.0)
+            # (0 and 1 have no grid: no mass may leave it, or all of it may)
+            check_real("free_infty_budget", self.free_infty_budget, low=0.0, high=1.0,
+                       low_open=True, high_open=True)
         check_real("growth_factor", self.growth_factor, low=1.0, low_open=True)
         check_real("resolution", self.resolution, low=0.0, high=1.0, low_open=True)
         check_real("leaf_resolution", self.leaf_resolution, low=0.0, high=1.0, low_open=True)

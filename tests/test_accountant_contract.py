@@ -362,6 +362,8 @@ BAD_STEPS = [
     (dict(noise_multiplier=1.0, sample_rate=float("nan")), "sample_rate"),
     (dict(noise_multiplier=1.0, sample_rate=float("inf")), "sample_rate"),
     (dict(noise_multiplier=1.0, sample_rate=None), "sample_rate"),
+    (dict(noise_multiplier=10 ** 400, sample_rate=0.01), "noise_multiplier"),  # > any float
+    (dict(noise_multiplier=1.0, sample_rate=-10 ** 400), "sample_rate"),
 ]
 
 

@@ -329,3 +329,17 @@ def test_constructor_curve_and_step_counts_are_validated():
     with pytest.raises(ValueError, match="num_steps"):
         acc.epsilon_after(1e-5, noise_multiplier=1.0, sample_rate=0.01, num_steps=10 ** 16)
     assert acc.history == [(1.0, 0.01, 100)]
+
+
+@pytest.mark.parametrize("options,pattern", [
+    ({"factor": 1e300}, r"factor must be > 1 and <= e\^\(700/2\)"),   # no grid at all
+    ({"factor": 1.5, "number_of_buckets": 10 ** 6}, r"e\^\(700/1000000\)"),
+    ({"free_infty_budget": 0.0}, r"free_infty_budget must be in \(0, 1\)"),
+    ({"free_infty_budget": 1.0}, r"free_infty_budget must be in \(0, 1\)"),
+])
+def test_options_without_a_grid_are_refused_at_construction(options, pattern):
+    """A factor whose fewest buckets already leave the loss range (refused only at the
+    first query before), and the infinity budgets 0 (no mass may leave a grid: minutes
+    at full range) and 1 (all of it may: an internal error labelled an engine limit)."""
+    with pytest.raises(ValueError, match=pattern):
+        PrivacyBucketsAccountant(**options)

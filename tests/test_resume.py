@@ -144,6 +144,24 @@ def test_guard_state_keeps_a_stop_for_the_same_budget_only():
     assert not raised.should_stop
 
 
+def test_callback_state_with_a_bad_guard_state_changes_nothing():
+    """The callbacks' common state (accountant, tracker, guard) is validated whole before
+    the accountant is restored: a bad guard part left the history loaded before."""
+    from pb_accountant.integrations._callback_core import BudgetMonitor
+    acc = PrivacyBucketsAccountant()
+    acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+    monitor = BudgetMonitor(acc, DELTA, 5.0, None, False, [], SIGMA, Q, False)
+    state = json.loads(json.dumps(monitor.state_dict()))
+    for guard in ({"refused_steps": 1}, {"should_stop": False, "refused_steps": -1}):
+        fresh = BudgetMonitor(PrivacyBucketsAccountant(), DELTA, 5.0, None, False, [], SIGMA,
+                              Q, False)
+        with pytest.raises(ValueError, match="state"):
+            fresh.load_state_dict(dict(state, guard=guard))
+        assert fresh.accountant.history == [] and fresh.restored is None
+    fresh.load_state_dict(state)
+    assert fresh.accountant.history == acc.history
+
+
 # ------------------------------------------------------------------------------------
 # PyTorch Lightning: the callback's state rides in the checkpoint
 # ------------------------------------------------------------------------------------
