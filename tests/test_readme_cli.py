@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from _quoted_output import same
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (file, heading that opens its CLI section); the section ends at the next heading of
@@ -73,6 +75,6 @@ def test_quoted_command_prints_what_the_page_shows(capsys, monkeypatch, path, co
     status = main(argv)
     captured = capsys.readouterr()
     shown = (captured.out + captured.err).rstrip("\n")
-    assert shown == expected.rstrip("\n"), f"{path} shows for `{command}`:\n{expected}\n" \
+    assert same(shown, expected.rstrip("\n")), f"{path} shows for `{command}`:\n{expected}\n" \
                                            f"but it prints:\n{shown}"
     assert status == (2 if "error:" in shown else 0)
