@@ -157,6 +157,12 @@ class BucketOptions:
 #: (docs/floating-point.md), so delta queries stay tight far below it (3.4e-16 at
 #: sigma 1.1, q 0.01, 1,000 steps); a smaller class costs about twice the time
 DEFAULT_DELTA_CLASS = 1e-10
+#: grids of a composed history are sized for no delta below this: after one composition
+#: the certified round-off alone is above it (measured 2.5e-31 for two sigma-5 Gaussian
+#: steps, 1e-29 - 1e-26 for DP-SGD histories), so no smaller delta gets a finite upper
+#: bound, while the grids sized for it grew to 10^5 buckets (minutes at delta 1e-300);
+#: the lower bound at such a delta is read from these grids, valid and a little looser
+COMPOSED_DELTA_FLOOR = 1e-32
 
 
 def delta_class(delta: Optional[float]) -> float:
@@ -1010,6 +1016,8 @@ class Composer:
         """(delta class, per-step infinity budget, focus): part of every cache key (the
         leaves' keys leave the focus out: a leaf does not depend on it)."""
         dq = delta_class(delta)
+        if total_steps > 1:
+            dq = max(dq, COMPOSED_DELTA_FLOOR)
         budget = (self.options.free_infty_budget if self.options.free_infty_budget is not None
                   else per_step_infinity_budget(dq, planned_steps(total_steps)))
         return dq, budget, focus

@@ -199,3 +199,26 @@ def test_delta_has_no_round_off_floor():
     for eps in (5.0, 20.0, 200.0):
         db = acc.get_delta_bounds(eps)
         assert 0.0 <= db.lower <= db.upper < 1e-14, db
+
+
+def test_deltas_below_the_composed_round_off_floor_use_its_grids():
+    """After a composition the certified round-off alone is above 1e-32, so no smaller
+    delta gets a finite upper bound: such a query is sized for COMPOSED_DELTA_FLOOR
+    (its grids grew to 10^5 buckets, 20 s at 1,000 steps and minutes elsewhere), says
+    why the upper bound is inf, and keeps a valid lower bound.  One step composes
+    nothing: its bounds stay finite and bracket the closed form far below the floor."""
+    from pb_accountant.composition import COMPOSED_DELTA_FLOOR
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(5.0, 1.0, 100)]               # Gaussian composition, mu = 2
+    floor = acc.get_epsilon_bounds(COMPOSED_DELTA_FLOOR)
+    for delta in (1e-50, 1e-120, 1e-300):
+        b = acc.get_epsilon_bounds(delta)
+        assert b.grid == floor.grid and b.upper == math.inf
+        assert any("round-off" in n for n in b.notes) and 0.0 < b.lower
+        if delta > 1e-200:                        # (the closed form's own range)
+            assert b.lower <= float(gaussian_epsilon(delta, 2.0))
+    single = PrivacyBucketsAccountant()
+    single.history = [(1.0, 1.0, 1)]
+    b = single.get_epsilon_bounds(1e-100)
+    exact = float(gaussian_epsilon(1e-100, 1.0))
+    assert b.lower <= exact <= b.upper <= exact * (1 + 1e-3)
