@@ -336,10 +336,13 @@ def test_constructor_curve_and_step_counts_are_validated():
     ({"factor": 1.5, "number_of_buckets": 10 ** 6}, r"e\^\(700/1000000\)"),
     ({"free_infty_budget": 0.0}, r"free_infty_budget must be in \(0, 1\)"),
     ({"free_infty_budget": 1.0}, r"free_infty_budget must be in \(0, 1\)"),
+    ({"number_of_buckets": 10 ** 9}, r"number_of_buckets must be .* <= 2097152"),  # 15 GB
+    ({"max_buckets": 10 ** 9}, r"max_buckets must be .* <= 2097152"),
 ])
 def test_options_without_a_grid_are_refused_at_construction(options, pattern):
     """A factor whose fewest buckets already leave the loss range (refused only at the
-    first query before), and the infinity budgets 0 (no mass may leave a grid: minutes
-    at full range) and 1 (all of it may: an internal error labelled an engine limit)."""
+    first query before), the infinity budgets 0 (no mass may leave a grid: minutes at
+    full range) and 1 (all of it may: an internal error labelled an engine limit), and
+    bucket counts whose rows would not fit in memory."""
     with pytest.raises(ValueError, match=pattern):
         PrivacyBucketsAccountant(**options)
