@@ -43,6 +43,12 @@ MECHANISM = "pb"
 #: can represent", not "the code is wrong": answered with the valid bound inf and a
 #: reason.  Every other exception from the engine is an internal error and propagates.
 ENGINE_LIMITS = (MemoryError, OverflowError, FloatingPointError)
+
+
+def engine_limit_reason(exc: BaseException, consequence: str = "") -> str:
+    """The note that reports an engine limit (one of ENGINE_LIMITS) and what it means."""
+    reason = f"engine limit reached ({type(exc).__name__}: {exc})"
+    return f"{reason}; {consequence}" if consequence else reason
 #: most points a privacy curve may ask for (bounded memory)
 MAX_CURVE_POINTS = 100_000
 
@@ -295,8 +301,7 @@ class PrivacyBucketsAccountant:
             curve = up.curve(epsilons, num)
         except ENGINE_LIMITS as exc:
             # as for epsilon (``_bounds``): the valid looser curve, delta in [0, 1]
-            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
-                      "the upper bound 1 is valid but uninformative")
+            reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
             warnings.warn(f"pb accountant could not certify the privacy curve: {reason}",
                           RuntimeWarning, stacklevel=2)
             eps = np.linspace(0.0, 1.0, num) if epsilons is None else np.asarray(
@@ -374,8 +379,7 @@ class PrivacyBucketsAccountant:
             # looser answer, inf, with the reason in notes and a loud warning.  Anything
             # else (KeyError, TypeError, ZeroDivisionError, ...) is a bug and propagates:
             # a bug must never pass as a valid-looking inf.
-            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
-                      "the upper bound inf is valid but uninformative")
+            reason = engine_limit_reason(exc, "the upper bound inf is valid but uninformative")
             warnings.warn(f"pb accountant could not certify epsilon: {reason}",
                           RuntimeWarning, stacklevel=3)
             return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,) + sp.notes, **tag)
@@ -397,8 +401,7 @@ class PrivacyBucketsAccountant:
             return dataclasses.replace(result, lower=lo, notes=result.notes + sp.notes, **tag)
         except ENGINE_LIMITS as exc:
             # as for epsilon (``_bounds``): the valid looser answer [0, 1] with the reason
-            reason = (f"engine limit reached ({type(exc).__name__}: {exc}); "
-                      "the upper bound 1 is valid but uninformative")
+            reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
             warnings.warn(f"pb accountant could not certify delta: {reason}",
                           RuntimeWarning, stacklevel=3)
             eps = np.asarray(epsilon, dtype=float)
@@ -428,7 +431,7 @@ class PrivacyBucketsAccountant:
             engine = self._engine(None, lower=True)
             return tradeoff_bounds(engine, fpr, **kwargs)
         except ENGINE_LIMITS as exc:
-            reason = f"engine limit reached ({type(exc).__name__}: {exc})"
+            reason = engine_limit_reason(exc)
             warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
                           RuntimeWarning, stacklevel=2)
             return trivial_tradeoff(fpr, note=reason)

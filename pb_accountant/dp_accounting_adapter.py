@@ -42,7 +42,8 @@ from dp_accounting import dp_event
 from dp_accounting import privacy_accountant
 
 from ._validation import MAX_STEPS, _scalar, check_array, check_count, check_real
-from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant, step_pair
+from .accountant import (ENGINE_LIMITS, PrivacyBucketsAccountant, engine_limit_reason,
+                         step_pair)
 from .composition import canonical_history
 from .engine import PrivacyBuckets, adaptive_epsilon_bounds, compose_history, upper_only
 from .mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair
@@ -327,7 +328,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             result = adaptive_epsilon_bounds(composer, pairs, delta)
             return self._tagged(result if lower else upper_only(result))
         except ENGINE_LIMITS as exc:
-            reason = _limit_reason(exc, "the upper bound inf is valid but uninformative")
+            reason = engine_limit_reason(exc, "the upper bound inf is valid but uninformative")
             warnings.warn(f"pb accountant could not certify epsilon: {reason}", RuntimeWarning,
                           stacklevel=2)
             return self._tagged(EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,)))
@@ -348,7 +349,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         try:
             db = self.engine().delta_bounds(np.where(infinite, _LARGE_EPSILON, eps))
         except ENGINE_LIMITS as exc:
-            reason = _limit_reason(exc, "the upper bound 1 is valid but uninformative")
+            reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
             warnings.warn(f"pb accountant could not certify delta: {reason}", RuntimeWarning,
                           stacklevel=2)
             return self._tagged(_delta_result(eps, np.zeros_like(eps), np.ones_like(eps),
@@ -372,7 +373,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         try:
             return tradeoff_bounds(self.engine(), fpr, **kwargs)
         except ENGINE_LIMITS as exc:
-            reason = _limit_reason(exc)
+            reason = engine_limit_reason(exc)
             warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
                           RuntimeWarning, stacklevel=2)
             return trivial_tradeoff(fpr, note=reason)
@@ -390,12 +391,6 @@ def _delta_result(eps, lo, up, scalar, notes, grid=None, method="best") -> Delta
     if scalar:
         return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]), method, grid, notes)
     return DeltaBounds(eps, lo, up, method, grid, notes)
-
-
-def _limit_reason(exc, consequence: str = "") -> str:
-    """The note of an engine limit (as ``PrivacyBucketsAccountant``'s)."""
-    reason = f"engine limit reached ({type(exc).__name__}: {exc})"
-    return f"{reason}; {consequence}" if consequence else reason
 
 
 def _as_number(x):
