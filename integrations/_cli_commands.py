@@ -96,8 +96,13 @@ def number(name: str, text, *, low=None, high=None, low_open=False, high_open=Fa
 
 
 def noise_multiplier(name: str, text) -> float:
-    """A noise multiplier: 0 or in [MIN_NOISE, MAX_NOISE] (the accountant's step rule)."""
-    return _checked(check_noise_multiplier, name, text, number(name, text), name)
+    """A noise multiplier: 0 or in [MIN_NOISE, MAX_NOISE] (the accountant's step rule,
+    whose message gives that range, for inf and 1e400 too)."""
+    try:
+        x = float(str(text).strip())
+    except ValueError:
+        raise UserError(f"{name} must be a number, got {str(text)!r}") from None
+    return _checked(check_noise_multiplier, name, text, x, name)
 
 
 def integer(name: str, text, minimum: int = 0, maximum: Optional[int] = None) -> int:

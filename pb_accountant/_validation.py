@@ -143,10 +143,13 @@ def check_noise_multiplier(value, name: str = "noise_multiplier", *,
     """
     if not allow_zero:
         return check_real(name, value, low=MIN_NOISE, high=MAX_NOISE)
-    sigma = check_real(name, value, allow_inf=True)      # a real number, not NaN
-    if not (sigma == 0.0 or MIN_NOISE <= sigma <= MAX_NOISE):
-        raise ValueError(f"{name} must be 0 or in {_range_text(MIN_NOISE, MAX_NOISE)}, "
-                         f"got {value!r}")
+    rng = f"0 or in {_range_text(MIN_NOISE, MAX_NOISE)}"
+    scalar = _scalar(value)
+    if isinstance(scalar, bool) or not isinstance(scalar, numbers.Real):
+        raise ValueError(f"{name} must be a real number, {rng}, got {value!r}")
+    sigma = check_real(name, value, allow_inf=True) if scalar == scalar else math.nan
+    if not (sigma == 0.0 or MIN_NOISE <= sigma <= MAX_NOISE):      # (NaN too)
+        raise ValueError(f"{name} must be {rng}, got {value!r}")
     return sigma
 
 

@@ -539,6 +539,10 @@ ERRORS = [
       "--pld-interval", "0"], "--pld-interval must be in [1e-06, 1]"),
     (["curve", "--sigma", "1", "--sample-rate", "0.1", "--steps", "3", "--num", "1"],
      "--num must be an integer >= 2"),
+    (["epsilon", "--sigma", "1e400", "--sample-rate", "0.1", "--steps", "3", "--delta",
+      "1e-5"], "--sigma must be 0 or in [1e-06, 1e+12], got 1e400"),    # past the floats
+    (["epsilon", "--sigma", "nan", "--sample-rate", "0.1", "--steps", "3", "--delta",
+      "1e-5"], "--sigma must be 0 or in [1e-06, 1e+12], got nan"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
 ]
