@@ -24,6 +24,12 @@ statement is not a pair of distributions), ``MixtureOfGaussiansDpEvent``,
 ``SampledWithReplacementDpEvent``, ``SingleEpochTreeAggregationDpEvent``,
 ``RepeatAndSelectDpEvent``, ``UnsupportedDpEvent``; REPLACE_SPECIAL altogether.
 
+Counts, as in the accountant's history: ``compose``'s count and each mechanism's composed
+count (nested ``SelfComposedDpEvent`` counts multiplied, equal mechanisms merged) are at
+most 10^15; a larger one is refused before anything changes.  An engine limit (a
+history past the floating-point range) gives the valid trivial answer with the reason in
+``notes`` and a RuntimeWarning, in every query.
+
 Importing this module needs dp_accounting (the ``dp_accounting`` extra); the engine does
 not.
 """
