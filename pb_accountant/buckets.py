@@ -324,11 +324,18 @@ def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atom
     return np.where(np.isnan(err), np.inf, err)
 
 
+def _times(atom: float, factor: float) -> float:
+    """atom * factor with an empty atom contributing 0 whatever the factor (an operand's
+    mass bound may be inf: 0 inf is 0 here, not NaN)."""
+    return float(atom * factor) if atom != 0.0 else 0.0
+
+
 def _infinity_product(a1: float, a2: float, excess1: float, excess2: float) -> float:
     """The infinity atom of a product: a1 M2 + a2 M1 - a1 a2 with M_i <= 1 + excess_i
     (its rounding is charged by ``_propagate``'s ``atoms``); inf, never NaN, once it
     leaves the floating-point range."""
-    z = a1 + a2 - a1 * a2 + (a1 * excess2 + a2 * excess1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = a1 + a2 - a1 * a2 + (_times(a1, excess2) + _times(a2, excess1))
     return math.inf if math.isnan(z) else float(z)
 
 
@@ -656,11 +663,10 @@ class SplitBuckets(BucketRepresentation):
         the excess M - 1 is then charged in full."""
         n = self.grid.number_of_buckets
         ex, ey = self.mass_excess(), other.mass_excess()
-        with np.errstate(over="ignore", invalid="ignore"):
-            a_inf = _infinity_product(self.a_inf, other.a_inf, ex[0], ey[0])
-            b_minf = _infinity_product(self.b_minf, other.b_minf, ex[1], ey[1])
-            atoms = np.array([self.a_inf * (1.0 + ey[0]) + other.a_inf * (1.0 + ex[0]),
-                              self.b_minf * (1.0 + ey[1]) + other.b_minf * (1.0 + ex[1])])
+        a_inf = _infinity_product(self.a_inf, other.a_inf, ex[0], ey[0])
+        b_minf = _infinity_product(self.b_minf, other.b_minf, ex[1], ey[1])
+        atoms = np.array([_times(self.a_inf, 1.0 + ey[0]) + _times(other.a_inf, 1.0 + ex[0]),
+                          _times(self.b_minf, 1.0 + ey[1]) + _times(other.b_minf, 1.0 + ex[1])])
         err = _propagate(self.error, self.relative, self.masses(), other.error,
                          other.relative, other.masses(), fft_err, np.zeros((2, 1)), atoms)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)

@@ -132,7 +132,10 @@ class ThresholdSum:
         """Vectorised bound (with a cumulative-sum round-off allowance)."""
         _, P, eQ = self._terms(eps)
         body = np.maximum(P - eQ, 0.0)
-        slack = self.slack_factor * P + self.absolute
+        with np.errstate(invalid="ignore"):
+            slack = self.slack_factor * P + self.absolute
+        # (an unbounded relative error, inf, times an empty sum: no bound, inf, not NaN)
+        slack = np.where(np.isnan(slack), np.inf, slack)
         if self.upper:
             return np.minimum(self.const + body + slack, 1.0)
         return np.maximum(self.const + body - slack, 0.0)

@@ -769,6 +769,37 @@ def test_edge_queries_never_give_nan_negative_or_crossed_bounds(sigma, q, steps,
             assert db.upper <= 1.0
 
 
+@pytest.mark.parametrize("options,sigma,q,steps", [
+    ({}, 1.14e-5, 4.45e-4, 25_922_391_347),       # the leaf's B row past mass 1, many times
+    ({}, 1.38e-6, 0.194, 7_608_681_491_654),
+    ({"sampler": "fixed_size", "dataset_size": 1000, "batch_size": 10}, 1e-6, 1.64e-5,
+     201_071_851),
+    ({"neighbouring": "replace_one"}, 2.93e-5, 0.141, 359_206_584_714_740),   # inf * 0
+])
+def test_masses_past_the_float_range_give_valid_trivial_answers_in_every_query(
+        options, sigma, q, steps):
+    """Tiny noise over billions of steps: the B rows' mass leaves the floating-point
+    range.  Every query answers (inf / [0, 1] / the trivial trade-off, valid), where an
+    atom formula's 0 * inf reached the error bounds as NaN (an internal error) and an
+    inf relative slack times an empty sum gave a NaN lower delta (found by a random
+    sweep of extreme inputs)."""
+    acc = PrivacyBucketsAccountant(**options)
+    acc.history = [(sigma, q, steps)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _sane(acc.get_epsilon_bounds(1e-5))
+        db = acc.get_delta_bounds([0.0, 1.0, 1e3])
+        _sane(db)
+        assert np.all(np.asarray(db.upper) <= 1.0)
+        curve = acc.get_privacy_curve(num=5)
+        assert not np.isnan(curve.delta_lower).any() and not np.isnan(curve.delta_upper).any()
+        assert np.all(curve.delta_lower <= curve.delta_upper)
+        tb = acc.get_tradeoff_bounds([1e-3])
+        assert 0.0 <= tb.tpr_lower[0] <= tb.tpr_upper[0] <= 1.0
+        for b in acc.get_epsilon_bounds_by_sampler(1e-5).values():
+            _sane(b)
+
+
 def test_tiny_q_tiny_delta_is_bracketed_by_the_single_step_closed_form():
     """q = 1e-6 and delta 1e-15 at the smallest validated noise the closed form handles
     comfortably (sigma 0.4): finite upper, bracket holds."""
