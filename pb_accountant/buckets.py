@@ -639,8 +639,10 @@ class SplitBuckets(BucketRepresentation):
         # non-negative folds keep each entry's relative error; their rounding and the
         # moved atoms' relative error are absolute (the folded mass is tiny)
         over = np.array([a_over, b_over])
+        with np.errstate(invalid="ignore"):   # (an unbounded relative error moves no mass:
+            moved = np.where(over > 0, (self.relative + 4 * _U) * over, 0.0)   # 0, not NaN)
         err = (self.error + 4.0 * max(len(a_top), len(a_bot), 1) * _U * folded
-               + (self.relative + 4 * _U) * over) * (1.0 + 1e-12)
+               + moved) * (1.0 + 1e-12)
         return SplitBuckets(grid, np.vstack([newA, newB]),
                             self.a_inf + a_over, self.b_minf + b_over, err,
                             self.compositions, self.overflow + max(a_over, b_over),

@@ -164,11 +164,13 @@ DEFAULT_DELTA_CLASS = 1e-10
 #: 10^9 asked for 15 GB before failing (a query must not exhaust the machine's memory)
 MAX_BUCKETS_LIMIT = 2 ** 21
 
-#: grids of a composed history are sized for no delta below this: after one composition
-#: the certified round-off alone is above it (measured 2.5e-31 for two sigma-5 Gaussian
-#: steps, 1e-29 - 1e-26 for DP-SGD histories), so no smaller delta gets a finite upper
-#: bound, while the grids sized for it grew to 10^5 buckets (minutes at delta 1e-300);
-#: the lower bound at such a delta is read from these grids, valid and a little looser
+#: grids of a composed history are sized for no delta below this: after a composition
+#: the certified round-off is mostly above it (measured 2.5e-31 for two sigma-5 Gaussian
+#: steps, 5e-29 - 3e-26 for DP-SGD histories of 10-1,000 steps), so such deltas get no
+#: finite upper bound, while the grids sized for them grew to 10^5 buckets (minutes at
+#: delta 1e-300).  Not always: two steps at q 1e-9, or a few steps of a small discrete
+#: pair, certify deltas near 1e-35 (an independent review), on these grids 1e-4 looser
+#: than on grids sized for their delta.  Lower bounds there are valid on either grid
 COMPOSED_DELTA_FLOOR = 1e-32
 
 

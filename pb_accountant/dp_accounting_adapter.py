@@ -222,8 +222,8 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
     def compose(self, event, count: int = 1):
         """dp_accounting's ``compose``, with ``count`` checked first (an integer in
         [1, MAX_STEPS]: a ValueError naming it, before any state changes)."""
-        check_count("count", count, minimum=1, maximum=MAX_STEPS)
-        return super().compose(event, count)
+        count = check_count("count", count, minimum=1, maximum=MAX_STEPS)
+        return super().compose(event, count)        # (an int: numpy's are not to its ledger)
 
     def _maybe_compose(self, event, count: int, do_compose: bool):
         # the whole event is checked (every leaf, and each merged count against
@@ -410,8 +410,14 @@ def _as_number(x):
 
 
 def _is_real(x) -> bool:
+    """A finite real number (an int past the float range is not: 10**400)."""
     x = _as_number(x)
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def _is_count(x) -> bool:

@@ -1573,6 +1573,10 @@ class Laplace(MechanismPair):
         check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
         if self.truncation is not None:
             check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)
+        if not math.isfinite(self.sensitivity / self.scale):
+            # (a subnormal scale: eps0 = inf made every mass NaN, an internal error)
+            raise ValueError(f"scale must be > 0 with sensitivity / scale finite, got "
+                             f"scale={self.scale!r}, sensitivity={self.sensitivity!r}")
 
     @property
     def epsilon0(self) -> float:

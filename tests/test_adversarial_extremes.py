@@ -775,6 +775,8 @@ def test_edge_queries_never_give_nan_negative_or_crossed_bounds(sigma, q, steps,
     ({"sampler": "fixed_size", "dataset_size": 1000, "batch_size": 10}, 1e-6, 1.64e-5,
      201_071_851),
     ({"neighbouring": "replace_one"}, 2.93e-5, 0.141, 359_206_584_714_740),   # inf * 0
+    ({}, 0.01, 1.0, 10 ** 15),                    # (these two: an independent review)
+    ({}, 4.0, 1e-9, 10 ** 15),                    # restriction's inf relative * 0 moved
 ])
 def test_masses_past_the_float_range_give_valid_trivial_answers_in_every_query(
         options, sigma, q, steps):
@@ -819,6 +821,7 @@ def test_tiny_q_tiny_delta_is_bracketed_by_the_single_step_closed_form():
     ("epsilon", lambda acc: acc.get_delta_bounds(float("inf"))),
     ("noise_multiplier", lambda acc: acc.step(noise_multiplier=5e-7, sample_rate=0.1)),
     ("sample_rate", lambda acc: acc.step(noise_multiplier=1.0, sample_rate=1.0 + 1e-16 * 4)),
+    ("scale", lambda acc: Laplace(1e-310)),      # subnormal: eps0 = inf (was NaN masses)
 ])
 def test_invalid_edge_inputs_raise_value_errors_naming_the_parameter(name, call):
     acc = PrivacyBucketsAccountant()

@@ -53,6 +53,9 @@ UNSUPPORTED_AR = [
     de.GaussianDpEvent(True),
     de.LaplaceDpEvent("2"),
     de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(math.nan)),
+    de.GaussianDpEvent(10 ** 400),                        # past the floats (OverflowError)
+    de.LaplaceDpEvent(10 ** 400),
+    de.LaplaceDpEvent(1e-320),                            # eps0 = inf (an internal error)
     de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 10 ** 15 + 1),   # past MAX_STEPS
     de.SelfComposedDpEvent(de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 10 ** 8), 10 ** 8),
 ]
@@ -500,6 +503,10 @@ def test_counts_past_the_largest_are_refused_before_any_change():
     assert not acc.supports(G(1e7)) and acc.supports(G(2e7))
     assert acc.history[0][1] == 10 ** 15 and acc.get_epsilon(1e-5) == before
     assert acc.ledger == de.SelfComposedDpEvent(G(1e7), 10 ** 15)
+    five = PrivacyBucketsDpAccountant(AR).compose(G(1.0), np.int64(5))   # numpy counts too
+    assert five.ledger == de.SelfComposedDpEvent(G(1.0), 5)
+    plain = PrivacyBucketsDpAccountant(AR).compose(G(1.0), 5)
+    assert five.get_epsilon(1e-5) == plain.get_epsilon(1e-5)
 
 
 def test_engine_limits_give_noted_trivial_answers_in_every_query():

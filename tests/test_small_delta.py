@@ -202,10 +202,10 @@ def test_delta_has_no_round_off_floor():
 
 
 def test_deltas_below_the_composed_round_off_floor_use_its_grids():
-    """After a composition the certified round-off alone is above 1e-32, so no smaller
-    delta gets a finite upper bound: such a query is sized for COMPOSED_DELTA_FLOOR
-    (its grids grew to 10^5 buckets, 20 s at 1,000 steps and minutes elsewhere), says
-    why the upper bound is inf, and keeps a valid lower bound.  One step composes
+    """After a composition of these steps the certified round-off is above 1e-32, so
+    no smaller delta gets a finite upper bound: such a query is sized for
+    COMPOSED_DELTA_FLOOR (its grids grew to 10^5 buckets, 20 s at 1,000 steps and
+    minutes elsewhere), says why the upper bound is inf, and keeps a valid lower bound.  One step composes
     nothing: its bounds stay finite and bracket the closed form far below the floor."""
     from pb_accountant.composition import COMPOSED_DELTA_FLOOR
     acc = PrivacyBucketsAccountant()
