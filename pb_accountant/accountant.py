@@ -49,6 +49,8 @@ def engine_limit_reason(exc: BaseException, consequence: str = "") -> str:
     """The note that reports an engine limit (one of ENGINE_LIMITS) and what it means."""
     reason = f"engine limit reached ({type(exc).__name__}: {exc})"
     return f"{reason}; {consequence}" if consequence else reason
+
+
 #: most points a privacy curve may ask for (bounded memory)
 MAX_CURVE_POINTS = 100_000
 

@@ -667,8 +667,10 @@ class SplitBuckets(BucketRepresentation):
         ex, ey = self.mass_excess(), other.mass_excess()
         a_inf = _infinity_product(self.a_inf, other.a_inf, ex[0], ey[0])
         b_minf = _infinity_product(self.b_minf, other.b_minf, ex[1], ey[1])
-        atoms = np.array([_times(self.a_inf, 1.0 + ey[0]) + _times(other.a_inf, 1.0 + ex[0]),
-                          _times(self.b_minf, 1.0 + ey[1]) + _times(other.b_minf, 1.0 + ex[1])])
+        with np.errstate(over="ignore"):            # (past the range: inf bounds it)
+            atoms = np.array([
+                _times(self.a_inf, 1.0 + ey[0]) + _times(other.a_inf, 1.0 + ex[0]),
+                _times(self.b_minf, 1.0 + ey[1]) + _times(other.b_minf, 1.0 + ex[1])])
         err = _propagate(self.error, self.relative, self.masses(), other.error,
                          other.relative, other.masses(), fft_err, np.zeros((2, 1)), atoms)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
