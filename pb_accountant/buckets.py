@@ -561,15 +561,17 @@ class SplitBuckets(BucketRepresentation):
     def masses(self) -> np.ndarray:
         return self.rows.sum(axis=1) + np.array([self.a_inf, self.b_minf])
 
-    def mass_excess(self) -> np.ndarray:
+    def mass_excess(self, masses: Optional[np.ndarray] = None) -> np.ndarray:
         """Per row, an upper bound on max(M - 1, 0), M the reference's whole mass (rows
         within their certified errors, plus the atom): the infinity atoms' product
-        formula charges it (``from_product``)."""
+        formula charges it (``from_product``).  ``masses``: ``self.masses()``, where the
+        caller has it (the products sum each row once)."""
+        if masses is None:
+            masses = self.masses()
         n = self.rows.shape[1]
         with np.errstate(over="ignore", invalid="ignore"):
-            m = ((self.rows.sum(axis=1) * (1.0 + self.relative)
-                  + np.array([self.a_inf, self.b_minf]) + self.error)
-                 * (1.0 + (n + 8) * _U))
+            # (rows (1 + r) + atoms <= (rows + atoms)(1 + r): the atoms are >= 0)
+            m = (masses * (1.0 + self.relative) + self.error) * (1.0 + (n + 8) * _U)
         return np.where(np.isnan(m), np.inf, np.maximum(m - 1.0, 0.0))
 
     @property
@@ -664,15 +666,18 @@ class SplitBuckets(BucketRepresentation):
         more (the leaf's B row places its split pessimistically, which adds B-mass), and
         the excess M - 1 is then charged in full."""
         n = self.grid.number_of_buckets
-        ex, ey = self.mass_excess(), other.mass_excess()
+        mx = self.masses()
+        my = mx if other is self else other.masses()
+        ex = self.mass_excess(mx)
+        ey = ex if other is self else other.mass_excess(my)
         a_inf = _infinity_product(self.a_inf, other.a_inf, ex[0], ey[0])
         b_minf = _infinity_product(self.b_minf, other.b_minf, ex[1], ey[1])
         with np.errstate(over="ignore"):            # (past the range: inf bounds it)
             atoms = np.array([
                 _times(self.a_inf, 1.0 + ey[0]) + _times(other.a_inf, 1.0 + ex[0]),
                 _times(self.b_minf, 1.0 + ey[1]) + _times(other.b_minf, 1.0 + ex[1])])
-        err = _propagate(self.error, self.relative, self.masses(), other.error,
-                         other.relative, other.masses(), fft_err, np.zeros((2, 1)), atoms)
+        err = _propagate(self.error, self.relative, mx, other.error, other.relative, my,
+                         fft_err, np.zeros((2, 1)), atoms)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return SplitBuckets(grid, z, a_inf, b_minf, err,
                             self.compositions + other.compositions, 0.0,
