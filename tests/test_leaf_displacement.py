@@ -243,3 +243,36 @@ def test_narrow_mass_near_a_nonzero_mean_at_a_tiny_scale():
     m, err = normal_x_interval_mass(x, 1.0, 1e-4)
     exact = _mp_mass(x[0], x[1], 1.0, 1e-4)
     assert abs(mpmath.mpf(float(m[0])) - exact) <= mpmath.mpf(float(err[0]))
+
+
+def test_end_points_below_the_least_loss_carry_only_the_thresholds_rounding():
+    """End points below log(1 - q) (x = -inf: an exactly empty event set) take the
+    threshold's rounding as their displacement only within 8u (|t| + 1) of it, and there
+    it covers t - log(1 - q) in 60 digits (on a grid of spacing 2^-50 straddling the
+    threshold); farther below they take none, so the lowest bucket's B-mass stays on the
+    grid: the leaf of sigma 0.85869, q 0.02963489 on its composed grid, whose lowest
+    point lies 0.0012 below the threshold, used to put 1.4e-16 into its -inf atom."""
+    q = 0.3
+    d = 2.0 ** -50
+    centre = int(round(math.log1p(-q) / d))
+    pair = SubsampledGaussian(1.0, q)
+    grid = Grid(d, 400, centre)
+    t = grid.losses
+    *_, shift = pair.bucket_masses_with_displacement(t)
+    x = pair._x_of_loss(t)
+    least = mpmath.log(1 - mpmath.mpf(q))
+    below = np.isneginf(x)
+    assert 0 < below.sum() < len(t)
+    for k in np.flatnonzero(below):
+        assert mpmath.mpf(t[k]) - least <= mpmath.mpf(float(shift[k]))
+    far = below & (t < math.log1p(-q) - 1e-13)
+    assert far.any() and np.all(shift[far] == 0.0)
+    assert (shift[below] > 0.0).any()          # (the band next to the threshold)
+
+    pair = SubsampledGaussian(0.85869, 0.02963489)
+    grid = Grid(2.0 ** -9, 2302, 2286)
+    assert grid.losses[0] < math.log1p(-0.02963489) < grid.losses[1]
+    *_, shift = pair.bucket_masses_with_displacement(grid.losses)
+    assert shift[0] == 0.0
+    leaf = SplitBuckets.leaves(pair, grid)[0]
+    assert leaf.b_minf == 0.0
