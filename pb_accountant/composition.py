@@ -865,6 +865,8 @@ class Composer:
         self._leaf_companions: Tuple[str, ...] = ()
         self._leaf_moments: dict = {}
         self._two_scale_cuts: dict = {}
+        self._group_members: "OrderedDict[tuple, tuple]" = OrderedDict()
+        self._group_pairs = 0
         self._graded_segments: dict = {}
         self._refined: dict = {}
         self._bytes = 0
@@ -1250,8 +1252,11 @@ class Composer:
     def _power(self, reps, unit, k: int, cfg, base):
         """unit^(2^k): the base squared k times by self-composition, or, for a pair
         that takes two-scale leaves, their sum up to the level where its parts merge
-        (pb_accountant/two_scale.py)."""
+        (pb_accountant/two_scale.py); a group that takes them has its fold's sum as its
+        first power (its pairs' product on one grid would be composed for it alone)."""
         if k == 0:
+            if isinstance(unit, tuple) and self._two_scale_cut(reps, unit, cfg) is not None:
+                return self._two_scale_power(reps, unit, 0, cfg, None)
             return base(reps)
         if self._two_scale_cut(reps, unit, cfg) is not None:
             cached = tuple(self._cached((rep, ("pow", unit, cfg, k))) for rep in reps)
@@ -1265,9 +1270,11 @@ class Composer:
 
     # -- two-scale leaves (pb_accountant/two_scale.py) --------------------------------
     def _two_scale_cut(self, reps, unit, cfg):
-        """The cut of ``unit``'s steps into bulk and rest, or None (groups of pairs,
-        focused or joint compositions, pairs the rule declines)."""
-        if (not self.options.two_scale or isinstance(unit, tuple) or cfg[2] is not None
+        """The cut of ``unit``'s steps into bulk and rest, or None (focused or joint
+        compositions, pairs the rule declines, groups with such a pair).  A group's cut
+        joins its pairs' (``two_scale.group_cut``): its steps are folded from theirs
+        (``_two_scale_fold``)."""
+        if (not self.options.two_scale or cfg[2] is not None
                 or not all(isinstance(r, str) for r in reps)):
             return None
         key = (unit, cfg[:2])
@@ -1275,6 +1282,21 @@ class Composer:
             if len(self._two_scale_cuts) > _INTERNED_KEYS:
                 self._two_scale_cuts.clear()
             from . import two_scale      # (it composes with this module's functions)
+            if isinstance(unit, tuple):
+                pairs = self._group_members.get(unit)
+                if pairs is None:
+                    raise RuntimeError(f"internal error: the pairs of group {unit!r} are "
+                                       "not known")
+                cuts = []
+                for pair in pairs:
+                    # (the first pair that declines settles it: the pairs' leaves are
+                    # built for the check, and the group's own product reads them next)
+                    cuts.append(self._two_scale_cut(reps, pair, cfg))
+                    if cuts[-1] is None:
+                        break
+                self._two_scale_cuts[key] = (None if cuts[-1] is None
+                                             else two_scale.group_cut(cuts))
+                return self._two_scale_cuts[key]
             # (the leaves the query asks for, made together: they share their masses)
             leaf = self._leaf(("split",) + tuple(r for r in reps if r != "split"), unit,
                               cfg)[0][0].split
@@ -1301,7 +1323,9 @@ class Composer:
             return hit
         if self._two_scale_cut(("split",), unit, cfg) is None:
             return None
-        if k == 1:
+        if k == 1 and isinstance(unit, tuple):
+            below = self._two_scale_fold(unit, cfg)[:2] + (False,)
+        elif k == 1:
             below = self._two_scale_leaves(unit, cfg)
             below = (two_scale.representation(below[0], "split"),
                      two_scale.representation(below[1], "split"), False)
@@ -1327,7 +1351,9 @@ class Composer:
         hit = self._cached(key)
         if hit is not None:
             return hit
-        if k == 1:
+        if k == 1 and isinstance(unit, tuple):
+            below = self._two_scale_group_fold(rep, unit, cfg)
+        elif k == 1:
             below = tuple(two_scale.representation(p, rep)
                           for p in self._two_scale_leaves(unit, cfg))
         else:
@@ -1336,6 +1362,69 @@ class Composer:
                                            self._two_scale_state(unit, k, cfg)[3])
         self._remember(key, value)
         return value
+
+    def _two_scale_fold(self, unit, cfg):
+        """The split pair's (bulk, rest, plans) of one step of a group ``unit``: its
+        pairs' parts folded from the left (``two_scale.next_factor``); ``plans``: how
+        each product was made, which the groups' folds repeat.  Every prefix of the
+        pairs is a fold of its own, cached under its name and the rest's spacing: a
+        schedule that grows by one pair per epoch folds one more pair per query."""
+        from . import two_scale
+        spacing = two_scale.rest_spacing(self._two_scale_cut(("split",), unit, cfg), 0,
+                                         self.options)
+
+        def parts(pair):
+            return tuple(two_scale.representation(p, "split")
+                         for p in self._two_scale_leaves(pair, cfg))
+
+        def step(state, pair):
+            bulk, rest, made = two_scale.next_factor(state[:2], parts(pair), cfg[1],
+                                                     self.options, spacing)
+            return bulk, rest, state[2] + (made,)
+
+        return self._fold_pairs("split", unit, cfg, spacing,
+                                lambda pair: parts(pair) + ((),), step)
+
+    def _two_scale_group_fold(self, rep: str, unit, cfg):
+        """``_two_scale_fold`` of the groups ``rep``, on the split pair's grids."""
+        from . import two_scale
+        split = self._two_scale_fold(unit, cfg)
+        spacing = two_scale.rest_spacing(self._two_scale_cut(("split",), unit, cfg), 0,
+                                         self.options)
+
+        def parts(pair):
+            return tuple(two_scale.representation(p, rep)
+                         for p in self._two_scale_leaves(pair, cfg))
+
+        def step(state, pair, j):
+            return two_scale.next_group_factor(state, parts(pair), split[2][j - 1])
+
+        return self._fold_pairs(rep, unit, cfg, spacing, parts, step, indexed=True)
+
+    def _fold_pairs(self, rep: str, unit, cfg, spacing, first, step, indexed: bool = False):
+        """``unit``'s pairs folded from the left, ``first(pair)`` the start and
+        ``step(state, pair[, j])`` one more pair, from the longest prefix cached."""
+        pairs = self._group_members.get(unit)
+        if pairs is None:
+            raise RuntimeError(f"internal error: the pairs of group {unit!r} are not known")
+        names, prev = [], None
+        for pair in pairs:
+            prev = self._intern(("pair-fold", prev, pair))
+            names.append(("two-scale-fold", rep, prev, spacing, cfg))
+        start, state = 0, None
+        for j in range(len(pairs) - 1, -1, -1):
+            hit = self._cached(names[j])
+            if hit is not None:
+                start, state = j + 1, hit
+                break
+        for j in range(start, len(pairs)):
+            if state is None:
+                state = first(pairs[j])
+            else:
+                state = step(state, pairs[j], j) if indexed else step(state, pairs[j])
+        if start < len(pairs):
+            self._remember(names[-1], state)
+        return state
 
     def _two_scale_leaves(self, unit, cfg):
         from . import two_scale
@@ -1347,17 +1436,19 @@ class Composer:
 
     def _two_scale_power(self, reps, unit, k: int, cfg, state):
         """unit^(2^k) = bulk + rest, each representation cached as the ordinary powers
-        are."""
+        are (k = 0, state None: a group's fold)."""
         from . import two_scale
         key = ("pow", unit, cfg, k)
         out = {rep: self._cached((rep, key)) for rep in reps}
         for rep in reps:
             if out[rep] is None:
                 if rep == "split":
-                    whole = two_scale.merged(state[0], state[1])
+                    parts = state[:2] if k else self._two_scale_fold(unit, cfg)[:2]
+                    whole = two_scale.merged(*parts)
                     value = (BucketSet(whole.grid, (("split", (whole.split,)),)), None)
                 else:
-                    parts = self._two_scale_group_state(rep, unit, k, cfg)
+                    parts = (self._two_scale_group_state(rep, unit, k, cfg) if k
+                             else self._two_scale_group_fold(rep, unit, cfg))
                     value, = two_scale.merged(*parts).representations_of("grouped")
                 out[rep] = value
                 self._remember((rep, key), value)
@@ -1425,8 +1516,25 @@ class Composer:
                 lambda rr, i: self._leaf(rr, pairs[i], cfg), cfg,
                 lambda i: [(rep, "leaf", pairs[i], cfg[:2]) for rep in r])
             unit = ("group", self._intern(("group",) + tuple(pairs)))
+            self._register_group(unit, pairs)
         low = (count & -count).bit_length() - 1        # lowest set bit
         return self._segment(reps, unit, count, low, cfg, base)
+
+    def _register_group(self, unit, pairs) -> None:
+        """Remember the pairs of group ``unit`` for its two-scale fold (``_fold_pairs``),
+        the most recent first: every composition of the group comes through ``_group``,
+        which registers it again, so it is present while its powers are composed; the
+        oldest are forgotten beyond _GROUPS_REMEMBERED groups or pairs."""
+        members = self._group_members
+        if unit in members:
+            members.move_to_end(unit)
+            return
+        members[unit] = tuple(pairs)
+        self._group_pairs += len(pairs)
+        while len(members) > 1 and (len(members) > _GROUPS_REMEMBERED
+                                    or self._group_pairs > _GROUPS_REMEMBERED):
+            _, old = members.popitem(last=False)
+            self._group_pairs -= len(old)
 
     def _history(self, reps, groups, cfg):
         """The product of the count groups (canonical order, ``count_groups``)."""
@@ -1512,6 +1620,8 @@ _VALUE_CACHE_ENTRIES = 4096
 _VALUE_CACHE_BYTES = 256 * 2 ** 20
 #: interned block names before the table is reset
 _INTERNED_KEYS = 400_000
+#: groups, and pairs in them, whose members a Composer remembers (``_register_group``)
+_GROUPS_REMEMBERED = 2 ** 16
 _ID_LOCK = threading.Lock()
 _ID_COUNTER = [0]
 

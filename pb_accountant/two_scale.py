@@ -24,7 +24,9 @@ reference measure's mass at most 1, so the products' infinity-atom formula
 (a1 + a2 - a1 a2) stays an upper bound.  The scales are floats: the reference is s
 times the true part up to a relative deviation ``tau`` per term, charged as relative
 error when the parts are added back (``with_relative_slack``).  Only pairs without loss
-atoms or infinite losses, on adaptive grids, take this path (``two_scale_leaf``).
+atoms or infinite losses, on adaptive grids, take this path (``two_scale_leaf``), and
+groups of such pairs (one count, one leaf spacing), whose steps are folded from their
+pairs' parts (``next_factor``).
 """
 from __future__ import annotations
 
@@ -348,3 +350,62 @@ def next_group_level(bulk: Part, rest: Part, made: tuple) -> Tuple[Part, Part]:
     """``next_level`` for parts of one group direction, on the split pair's grids."""
     rest = _followed(made[1], rest, _rest_factor(bulk, rest))
     return _followed(made[0], bulk, bulk), _at_least(rest, made[2])
+
+
+# -- a group's steps (several pairs of one count and leaf spacing) ---------------------
+# A group unit P_1 ... P_m (``Composer._group``) takes two-scale leaves where each of its
+# pairs does: with P_i = B_i + R_i, the product's bulk is every step in its bulk and
+# its rest the others,
+#
+#     (B, R) * (B', R') = (B B', R (B' + R') + B R'),
+#
+# folded from the left over the pairs in the group's order.  Its spread is that of the
+# sum of their losses (variances add), which sizes the rest's spacing as for one pair.
+
+def group_cut(cuts) -> TwoScaleLeaf:
+    """The cut of a group unit whose pairs' cuts are ``cuts`` (one leaf spacing): what
+    ``rest_spacing`` reads (the leaf spacing and the unit's spread)."""
+    first = cuts[0]
+    if any(c.leaf.log_factor != first.leaf.log_factor for c in cuts):
+        raise RuntimeError("internal error: a group's pairs have different leaf spacings")
+    spread = math.sqrt(math.fsum(c.spread ** 2 for c in cuts))
+    return TwoScaleLeaf(first.leaf, first.cut, first.low, first.high,
+                        min(c.bulk_spacing for c in cuts), spread)
+
+
+def _whole(bulk: Part, rest: Part) -> Part:
+    """B + R, stored at a scale that keeps its reference mass at most 1."""
+    scale = _mixture_scale((bulk, rest), (1.0, 1.0))
+    tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
+    return _mixture((bulk, rest), (1.0, 1.0), scale, tau)
+
+
+def _rest_sum(first: Part, second: Part, spacing: float) -> Part:
+    """The two disjoint terms of a product's rest, added at a scale that keeps the
+    reference mass at most 1, on at least ``spacing``."""
+    return _at_least(_whole(first, second), spacing)
+
+
+def next_factor(x: Tuple[Part, Part], y: Tuple[Part, Part], budget: float,
+                options: BucketOptions, spacing: float) -> Tuple[Part, Part, tuple]:
+    """(B B', R (B' + R') + B R') for split-pair parts x = (B, R), y = (B', R'), and how
+    its products were made (``next_group_factor``): the bulk's product by the engine's
+    policy, the rest's two terms kept on their spacing and their sum coarsened to
+    ``spacing`` (``rest_spacing`` of the unit at level 0)."""
+    (xb, xr), (yb, yr) = x, y
+    bulk, bulk_plan = _product(xb, yb, budget, options)
+    keep = dataclasses.replace(options, resolution=1e-12)
+    first, first_plan = _product(xr, _whole(yb, yr), budget, keep)
+    second, second_plan = _product(xb, yr, budget, keep)
+    return bulk, _rest_sum(first, second, spacing), (bulk_plan, first_plan, second_plan,
+                                                      spacing)
+
+
+def next_group_factor(x: Tuple[Part, Part], y: Tuple[Part, Part],
+                      made: tuple) -> Tuple[Part, Part]:
+    """``next_factor`` for parts of one group direction, on the split pair's grids."""
+    (xb, xr), (yb, yr) = x, y
+    bulk = _followed(made[0], xb, yb)
+    first = _followed(made[1], xr, _whole(yb, yr))
+    second = _followed(made[2], xb, yr)
+    return bulk, _rest_sum(first, second, made[3])

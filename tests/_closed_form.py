@@ -124,3 +124,32 @@ def assert_two_steps_bracketed(buckets, sigma, q, eps):
         assert lo <= exact * (1 + 1e-12) and exact <= up * (1 + 1e-12), (e, lo, exact, up)
         out.append((e, lo, exact, up))
     return out
+
+
+def subsampled_gaussian_pair_delta(first, second, eps):
+    """delta(eps) of one step of each of two Poisson-subsampled Gaussian pairs,
+    ``first`` and ``second`` each (sigma, q), both directions, to 30 digits
+    (``subsampled_gaussian_two_step_delta`` with the second outcome from the second
+    pair)."""
+    with mp.workdps(30):
+        eps = mp.mpf(eps)
+        a, b, _, _, _, _, loss, inverse1 = _subsampled_gaussian(*map(mp.mpf, first))
+        _, _, cdf_a, cdf_b, sf_a, sf_b, _, inverse = _subsampled_gaussian(*map(mp.mpf,
+                                                                             second))
+        s, q2 = mp.mpf(first[0]), mp.mpf(second[1])
+
+        def ab(x):
+            c = inverse(eps - loss(x))
+            return a(x) * sf_a(c) - mp.exp(eps) * b(x) * sf_b(c)
+
+        def ba(x):
+            c = inverse(-eps - loss(x))
+            if c == -mp.inf:
+                return mp.mpf(0)
+            return b(x) * cdf_b(c) - mp.exp(eps) * a(x) * cdf_a(c)
+
+        # the kinks: where the second outcome's half-line starts to exist
+        kinks = (inverse1(eps - mp.log(1 - q2)), inverse1(-eps - mp.log(1 - q2)))
+        pts = sorted({-mp.inf, -20 * s, 0, mp.mpf(1) / 2, 1, 1 + 20 * s, mp.inf}
+                     | {k for k in kinks if k != -mp.inf})
+        return (float(mp.quad(ab, pts)), float(mp.quad(ba, pts)))

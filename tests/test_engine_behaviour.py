@@ -220,8 +220,8 @@ def test_a_leaf_whose_lowest_point_lies_just_below_the_least_loss_adds_no_atom(h
     subsampled Gaussian (found by random settings: about 1 pair in 1,000).  That point's
     threshold allowance used to send ~1e-16 of B-mass a step to the -inf atom, which
     left both histories with no finite upper bound (the atoms reached 1.0e-11 and
-    2.9e-14); now the atoms stay within their share of delta."""
-    from pb_accountant.composition import INFINITY_FRACTION
+    2.9e-14); now the atoms and round-off stay below 1% of delta (no note says
+    otherwise)."""
     from pb_accountant import PrivacyBucketsAccountant
     acc = PrivacyBucketsAccountant()
     acc.history = history
