@@ -310,11 +310,16 @@ def merged(bulk: Part, rest: Part) -> BucketSet:
     return x.values.mapped(lambda r: r.with_relative_slack(tau))
 
 
+def _weighted_sum(x: Part, y: Part, wx: float, wy: float) -> Part:
+    """wx x + wy y, stored at a scale that keeps its reference mass at most 1."""
+    scale = _mixture_scale((x, y), (wx, wy))
+    tau = ((1.0 + max(x.tau, y.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
+    return _mixture((x, y), (wx, wy), scale, tau)
+
+
 def _rest_factor(bulk: Part, rest: Part) -> Part:
-    """2 B_k + R_k, stored at a scale that keeps its reference mass at most 1."""
-    scale = _mixture_scale((bulk, rest), (2.0, 1.0))
-    tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
-    return _mixture((bulk, rest), (2.0, 1.0), scale, tau)
+    """2 B_k + R_k (``_weighted_sum``)."""
+    return _weighted_sum(bulk, rest, 2.0, 1.0)
 
 
 def _at_least(part: Part, spacing: float) -> Part:
@@ -374,15 +379,13 @@ def group_cut(cuts) -> TwoScaleLeaf:
 
 
 def _whole(bulk: Part, rest: Part) -> Part:
-    """B + R, stored at a scale that keeps its reference mass at most 1."""
-    scale = _mixture_scale((bulk, rest), (1.0, 1.0))
-    tau = ((1.0 + max(bulk.tau, rest.tau)) * (1.0 + 2 * _U) - 1.0) * (1.0 + 4 * _U)
-    return _mixture((bulk, rest), (1.0, 1.0), scale, tau)
+    """B + R (``_weighted_sum``)."""
+    return _weighted_sum(bulk, rest, 1.0, 1.0)
 
 
 def _rest_sum(first: Part, second: Part, spacing: float) -> Part:
-    """The two disjoint terms of a product's rest, added at a scale that keeps the
-    reference mass at most 1, on at least ``spacing``."""
+    """The two disjoint terms of a product's rest, added (``_whole``) on at least
+    ``spacing``."""
     return _at_least(_whole(first, second), spacing)
 
 
