@@ -394,12 +394,16 @@ def next_factor(x: Tuple[Part, Part], y: Tuple[Part, Part], budget: float,
     """(B B', R (B' + R') + B R') for split-pair parts x = (B, R), y = (B', R'), and how
     its products were made (``next_group_factor``): the bulk's product by the engine's
     policy, the rest's two terms kept on their spacing and their sum coarsened to
-    ``spacing`` (``rest_spacing`` of the unit at level 0)."""
+    ``spacing`` (``rest_spacing`` of the unit at level 0).  The three products are
+    pieces of one composition, so their windows share its ``budget``, a third each (a
+    whole one each put up to three times one grid's mass into the infinity atoms per
+    pair, docs/method.md §3)."""
     (xb, xr), (yb, yr) = x, y
-    bulk, bulk_plan = _product(xb, yb, budget, options)
+    share = budget / 3.0
+    bulk, bulk_plan = _product(xb, yb, share, options)
     keep = dataclasses.replace(options, resolution=1e-12)
-    first, first_plan = _product(xr, _whole(yb, yr), budget, keep)
-    second, second_plan = _product(xb, yr, budget, keep)
+    first, first_plan = _product(xr, _whole(yb, yr), share, keep)
+    second, second_plan = _product(xb, yr, share, keep)
     return bulk, _rest_sum(first, second, spacing), (bulk_plan, first_plan, second_plan,
                                                       spacing)
 

@@ -494,6 +494,43 @@ def test_a_small_q_schedule_folds_its_groups_and_meets_the_target():
     assert on.width < off.width
 
 
+def test_a_folds_three_products_share_one_compositions_budget(monkeypatch):
+    """One step of a group is folded from three products (B B', R (B' + R'), B R'),
+    pieces of one composition: their windows share its budget of dropped mass, a third
+    each.  Each used to drop a whole budget, so a group of 12 pairs at delta 1e-10 put
+    several times one grid's mass into the infinity atoms and its bracket came out 9
+    times as wide as one grid's on the same grids ([2.7878949, 2.7880742] against
+    [2.7879997, 2.7880191]); now it is within twice one grid's, and they overlap."""
+    budgets = []
+    real = two_scale._product
+
+    def spy(x, y, budget, options):
+        budgets.append(budget)
+        return real(x, y, budget, options)
+
+    q, delta = 1e-4, 1e-10
+    sigmas = [round(0.5 * (1 + 0.1 * i / 12), 4) for i in range(12)]
+    history = canonical_history([(SubsampledGaussian(s, q), 3) for s in sigmas])
+    monkeypatch.setattr(two_scale, "_product", spy)
+    folded = Composer().refined(-2)
+    cfg_budget = []
+    real_factor = two_scale.next_factor
+
+    def factor_spy(x, y, budget, options, spacing):
+        cfg_budget.append((budget, len(budgets)))
+        out = real_factor(x, y, budget, options, spacing)
+        assert budgets[cfg_budget[-1][1]:] == [budget / 3.0] * 3
+        return out
+
+    monkeypatch.setattr(two_scale, "next_factor", factor_spy)
+    on = _two_sided_bounds(folded, history, delta, False)
+    assert cfg_budget                                        # (the fold was taken)
+    one = Composer(BucketOptions(two_scale=False)).refined(-2)
+    off = _two_sided_bounds(one, history, delta, False)
+    assert off.lower <= on.upper and on.lower <= off.upper
+    assert on.width <= 2.0 * off.width, (on, off)
+
+
 def test_determinism_of_a_folded_schedule():
     """A small-q schedule's folded groups give bitwise the same bounds queried every
     epoch, once, or after a state_dict round trip."""
