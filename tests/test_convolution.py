@@ -9,6 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from _optional import given, settings, st
 from pb_accountant.convolution import (CONVOLUTION_RELATIVE_ERROR, convolution_l1_error,
                                        convolve_rows, fft_length)
 
@@ -52,9 +53,19 @@ def vectors(rng, kind, m):
     return x / x.sum()
 
 
+@pytest.fixture(params=["direct", "transform"])
+def path(request, monkeypatch):
+    """Rows short enough for the direct sum take it ("direct"), or every product goes
+    through the transform ("transform": no operand is short enough)."""
+    import pb_accountant.convolution as conv
+    if request.param == "transform":
+        monkeypatch.setattr(conv, "_DIRECT_TAPS", ((0, 0),))
+    return request.param
+
+
 @pytest.mark.parametrize("kind", ["peaked", "spread", "dynamic", "gaussian"])
 @pytest.mark.parametrize("m", [17, 200])
-def test_certified_bound_holds(rng, kind, m):
+def test_certified_bound_holds(rng, kind, m, path):
     x = vectors(rng, kind, m)
     y = vectors(rng, "dynamic", m)
     for rows_y in (None, y[None, :]):
@@ -375,3 +386,83 @@ def test_blocks_of_long_rows_give_the_same_bits(monkeypatch, tolerance):
              convolve_rows(x, None, 1.0)]
     for (z, e), (zw, ew) in zip(blocked, whole):
         assert np.array_equal(z, zw) and np.array_equal(e, ew)
+
+
+# ------------------------------------------------------------------ the direct sum
+def _direct_spy(monkeypatch):
+    """A list that records, per call of ``convolve_rows``, whether it summed directly."""
+    import pb_accountant.convolution as conv
+    taken = []
+    real = conv._direct
+
+    def spy(x, y):
+        out = real(x, y)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(conv, "_direct", spy)
+    return taken
+
+
+@pytest.mark.parametrize("m,taps", [(300, 1), (300, 32), (1000, 64), (16000, 128)])
+def test_narrow_bulk_times_long_tail_is_summed_directly_and_certified(monkeypatch, m, taps):
+    """A two-scale fold's B R': a bulk spanning ``taps`` columns (up to the most the
+    rows' length allows) times a leaf-like tail, both orders and the bulk squared, is
+    summed directly and holds against exact integer arithmetic: within 48u of every
+    exact entry, the absolute part (flushed entries) within the bound returned."""
+    taken = _direct_spy(monkeypatch)
+    k = np.arange(taps)
+    bulk = np.zeros(m)
+    bulk[7:7 + taps] = np.exp(-0.5 * ((k - taps / 2) / max(taps / 6, 0.5)) ** 2) + 1e-140
+    bulk /= bulk.sum()
+    tail = leaf_like(m, 1e-4)
+    for x, y in ((bulk, tail), (tail, bulk), (bulk, None)):
+        z, err = convolve_rows(x[None, :], None if y is None else y[None, :], 0.0)
+        assert taken[-1]
+        assert np.all(z >= 0.0) and err[0] <= 1e-270
+        assert exact_excess(z[0], x, x if y is None else y) <= Fraction(float(err[0]))
+
+
+def test_the_direct_sum_declines_what_it_cannot_certify(monkeypatch, rng):
+    """Wider operands, negative entries, and entries outside [2^-480, 2^480] (whose
+    products could leave the normal range) go through the transform."""
+    taken = _direct_spy(monkeypatch)
+    x = np.zeros((1, 2000))
+    x[0, 100:165] = rng.random(65) + 0.5                 # 65 columns: beyond 64 at m 2000
+    y = rng.random((1, 2000))
+    for a, b in [(x, y), (y, x), (x, None)]:
+        convolve_rows(a, b)
+        assert taken[-1] is False
+    x[0, 130:] = 0.0                                    # 30 columns
+    convolve_rows(x, y)
+    assert taken[-1] is True
+    for bad in (-1e-300, 2.0 ** -481, 2.0 ** 481):
+        w = x.copy()
+        w[0, 101] = bad
+        convolve_rows(w, y)
+        assert taken[-1] is False
+        convolve_rows(y, w)
+        assert taken[-1] is False
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 24), rows=st.integers(1, 3), same=st.booleans(),
+       data=st.data())
+def test_direct_sums_of_random_rows_are_certified(m, rows, same, data):
+    """Random non-negative rows of up to 24 columns (always summed directly), entries
+    from 2^-480 to 2^480 and zeros: every entry of the product holds against exact
+    rational arithmetic."""
+    import pb_accountant.convolution as conv
+    entry = st.one_of(st.just(0.0), st.floats(2.0 ** -480, 2.0 ** 480),
+                      st.floats(1e-20, 1.0))
+    x = np.array(data.draw(st.lists(st.lists(entry, min_size=m, max_size=m),
+                                    min_size=rows, max_size=rows)))
+    y = None if same else np.array(data.draw(st.lists(st.lists(entry, min_size=m,
+                                                               max_size=m),
+                                                      min_size=rows, max_size=rows)))
+    # (no sum of up to 24 products of these overflows: each is below 2^960)
+    assert conv._direct(x, y) is not None
+    z, err = convolve_rows(x, y)
+    for r in range(rows):
+        exact = exact_convolution(x[r], x[r] if same else y[r])
+        assert beyond_relative(z[r], exact) <= err[r]
