@@ -214,10 +214,10 @@ _DIRECT_BLOCK = 16
 #: vs 12.0 for 64,000.  A product of a narrow bulk with a wide tail (a two-scale fold's
 #: B R') takes k passes over the wide row instead of a transform of twice its length.
 _DIRECT_TAPS = ((32, 0), (64, 1000), (128, 16000))
-#: the operands' non-zero entries must lie in [2^-480, 2^480]: every product of two and
-#: every sum of up to 128 such products is then a normal float (no underflow, whose
-#: error is absolute, and no overflow)
-_DIRECT_RANGE = (2.0 ** -480, 2.0 ** 480)
+#: the operands' non-zero entries must lie in [2^-465, 2^480]: every product of two and
+#: every sum of up to 128 such products is then a normal float at least 2^-930 > _TINY
+#: (no underflow, whose error is absolute, no entry to flush, and no overflow)
+_DIRECT_RANGE = (2.0 ** -465, 2.0 ** 480)
 
 
 def _direct_taps(m: int) -> int:
@@ -245,9 +245,9 @@ def _direct(x: np.ndarray, y: Optional[np.ndarray]):
     ``_direct_taps(m)`` columns and both are non-negative within _DIRECT_RANGE; else
     None.  Entry j of row r sums x[r, i] y[r, j - i] over the short operand's columns i,
     in blocks of _DIRECT_BLOCK in order, every term non-negative and normal, so it
-    carries at most gamma_23 <= CONVOLUTION_RELATIVE_ERROR of its exact value; entries
-    below _TINY are flushed to zero as on the transform's path, which the absolute bound
-    (_TINY per entry) covers."""
+    carries at most gamma_23 <= CONVOLUTION_RELATIVE_ERROR of its exact value and no
+    absolute error: every entry is 0 (no term) or at least 2^-930, above the _TINY the
+    transform's path flushes."""
     rows, m = x.shape
     if m == 0 or rows == 0:
         return None
@@ -270,9 +270,7 @@ def _direct(x: np.ndarray, y: Optional[np.ndarray]):
         for i in range(start, stop):
             acc[:, i - start:i - start + m] += short[:, i:i + 1] * wide
         z[:, start:start + acc.shape[1]] += acc
-    z[z < _TINY] = 0.0
-    live = short.any(axis=1) & wide.any(axis=1)
-    return z, np.where(live, _TINY * z.shape[1], 0.0)
+    return z, np.zeros(rows)
 
 
 def _pair_bound(n_fft, na, nb):
