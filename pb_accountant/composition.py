@@ -27,6 +27,7 @@ from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitB
                       leaf_masses,
                       grouped_directions)  # noqa: F401  (grouped_directions re-exported)
 from . import graded_leaves
+from ._memory import prime_allocator
 from .convolution import convolve_rows, smooth_length
 from .mechanisms import MechanismPair
 from .representation import BucketRepresentation
@@ -852,6 +853,7 @@ class Composer:
     """
 
     def __init__(self, options: BucketOptions = BucketOptions(), cache_size: int = 48):
+        prime_allocator()      # (once per process: pb_accountant/_memory.py)
         self.options = options
         self._lock = threading.RLock()
         self._values: "OrderedDict[tuple, BucketSet]" = OrderedDict()
