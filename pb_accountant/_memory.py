@@ -8,8 +8,8 @@ that block's size (and the heap's trim threshold to twice it): later blocks up t
 size come from the heap, whose pages are reused.  A composition allocates and frees
 arrays of megabytes (transforms and their parts), so a process's first query paid for
 the low threshold until its own frees had raised it (benchmarks/bench_first_query.py:
-random settings' first queries a median 1.04 and up to 1.45 times faster primed; one of
-511 segments 10.8 s and 692,000 minor faults unprimed, 9.1 s and 86,000 primed).  One
+random settings' first queries a median 1.03 and up to 1.46 times faster primed; one of
+511 segments 11.1 s and 730,000 minor faults unprimed, 9.2 s and 87,000 primed).  One
 untouched block just below 32 MiB, allocated and freed before the first composition,
 raises the threshold as glibc's own rule would after a query freed a block that size; it
 is never written, so it costs no memory, and other allocators simply ignore it.
@@ -29,8 +29,23 @@ _primed = False
 _lock = threading.Lock()
 
 
+def _address_space_limited() -> bool:
+    """Whether the process runs under a finite address-space limit (RLIMIT_AS)."""
+    try:
+        import resource
+    except ImportError:          # (not POSIX: no such limit to respect)
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft != resource.RLIM_INFINITY
+
+
 def prime_allocator() -> bool:
-    """Allocate and free one PRIMING_BLOCK_BYTES block, the first time only (True then)."""
+    """Allocate and free one PRIMING_BLOCK_BYTES block, the first time only (True where
+    it did).
+
+    Not in a process with a finite address-space limit: the heap would then keep up to
+    twice the block of freed memory that the limit may need elsewhere (thread stacks
+    under ``ulimit -v`` were refused where the unprimed query had room)."""
     global _primed
     if _primed:
         return False
@@ -38,9 +53,11 @@ def prime_allocator() -> bool:
         if _primed:
             return False
         _primed = True
+        if _address_space_limited():
+            return False
         try:
             block = np.empty(PRIMING_BLOCK_BYTES // 8)    # mapped, never touched
-        except MemoryError:       # (an address-space limit: the queries run as before)
-            return True
+        except MemoryError:       # (nothing was allocated: the queries run as before)
+            return False
         del block
         return True

@@ -725,9 +725,23 @@ def _workers(a, n: int) -> int:
     return _WORKERS if (a.size // a.shape[-1]) * n >= _THREADED_SIZE else 1
 
 
+def _threaded(transform, a, n):
+    """``transform`` of the rows of ``a`` (length n), on _WORKERS threads where the rows
+    are large, else one.  Where the threads cannot be started (pocketfft raises a
+    RuntimeError, as under an address-space limit) the rows are transformed on one:
+    each row's transform is computed alone either way, so the bits are the same."""
+    workers = _workers(a, n)
+    if workers == 1:
+        return transform(a, n=n, axis=-1, workers=1)
+    try:
+        return transform(a, n=n, axis=-1, workers=workers)
+    except RuntimeError:
+        return transform(a, n=n, axis=-1, workers=1)
+
+
 def _rfft(a, n):
-    return _fft.rfft(a, n=n, axis=-1, workers=_workers(a, n))
+    return _threaded(_fft.rfft, a, n)
 
 
 def _irfft(a, n):
-    return _fft.irfft(a, n=n, axis=-1, workers=_workers(a, n))
+    return _threaded(_fft.irfft, a, n)
