@@ -158,6 +158,12 @@ def _wrap_get_noise_multiplier() -> None:
             raise ValueError("get_noise_multiplier takes as input EITHER a number of steps "
                              "or a number of epochs")
         if steps is None:
+            # checked here, before the division (0, inf, NaN and strings would raise
+            # ZeroDivisionError, OverflowError or a ValueError naming no parameter)
+            from ._validation import check_real
+            sample_rate = check_real("sample_rate", sample_rate, low=0.0, high=1.0,
+                                     low_open=True)
+            epochs = check_real("epochs", epochs, low=0.0, low_open=True)
             steps = int(epochs / sample_rate)
         return calibrated_noise_multiplier(
             target_epsilon=target_epsilon, target_delta=target_delta,

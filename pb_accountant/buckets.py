@@ -32,7 +32,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 import numpy as np
 
 from ._fp import LEAST_NORMAL, LEAST_NORMAL_LOG, LEAST_SUBNORMAL, UNIT_ROUNDOFF
-from .convolution import CONVOLUTION_RELATIVE_ERROR, check_finite, convolve_rows
+from .convolution import CONVOLUTION_RELATIVE_ERROR, RowProduct, check_finite, convolve_rows
 from .queries import MaxOfSums, PaperUpper, ThresholdSum
 from .representation import BucketRepresentation
 
@@ -47,6 +47,22 @@ _W = math.exp(0.05) * (1.0 + 1e-9)
 #: may reach any loss: queries evaluate e^{eps - t} with a shifted exponent
 #: (pb_accountant/queries.py, docs/floating-point.md).
 MAX_LOSS_RANGE = 700.0
+
+
+#: significant bits a grid spacing keeps (``summable_spacing``)
+SPACING_BITS = 20
+
+
+def summable_spacing(log_factor: float) -> float:
+    """``log_factor`` rounded to SPACING_BITS significant bits.  Every label
+    (i + offset) d of such a spacing d is then exact for |i + offset| < 2^33, so the
+    labels of a product are the sums of its operands' labels and a squaring's are twice
+    them, exactly: the scales the grouped rows carry (C = B e^label) and the losses the
+    split pair's bound reads stay those of the events composed, with no rounding that
+    grows with |loss|.  Adaptive spacings (``SPACING_BASES`` times powers of two) have at
+    most two significant bits; a fixed ``factor`` moves by at most 2^-20 of log f."""
+    m, e = math.frexp(float(log_factor))
+    return math.ldexp(round(m * 2.0 ** SPACING_BITS), e - SPACING_BITS)
 
 
 @dataclass(frozen=True)
@@ -289,10 +305,10 @@ def _leaf_errors(rows, entry_errors, extra):
     return np.array(rel), np.array(err)
 
 
-def _compose_relative(rel_x, rel_y):
+def _compose_relative(rel_x, rel_y, c=CONVOLUTION_RELATIVE_ERROR):
     """Entrywise relative error of a product: (1+r_x)(1+r_y) - 1 and the
-    convolution's own CONVOLUTION_RELATIVE_ERROR, relative to the computed entries."""
-    c = CONVOLUTION_RELATIVE_ERROR
+    convolution's own ``c`` (per row: ``RowProduct.relative``), relative to the
+    computed entries."""
     return (rel_x + rel_y + rel_x * rel_y + c) / (1.0 - c) * (1.0 + 4 * _U)
 
 
@@ -302,20 +318,22 @@ def _rounded_relative(rel, ops: int = 8):
     return (rel + ops * _U) * (1.0 + ops * _U)
 
 
-def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atoms):
+def _propagate(err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atoms,
+               conv_rel=CONVOLUTION_RELATIVE_ERROR):
     """Absolute part of a product's error (the relative part is ``_compose_relative``).
 
     With |x - x*| <= r_x x + alpha_x entrywise (||alpha_x||_1 <= err_x), Young's
     inequality gives the absolute part err_x ((1+r_y) m_y + err_y) + (1+r_x) m_x err_y;
     plus the FFT's absolute round-off, the corner sums (``folded``: mass summed into
     the corners, each sum of <= n terms) and the rounding of the infinity atoms'
-    product formula (``atoms``: the operands' atoms summed).
+    product formula (``atoms``: the operands' atoms summed); ``conv_rel``: the
+    convolution's own relative round-off (``RowProduct.relative``).
     """
     inputs = (err_x, rel_x, mass_x, err_y, rel_y, mass_y, fft_err, folded, atoms)
     if any(np.isnan(np.asarray(v, dtype=float)).any() for v in inputs):
         raise RuntimeError("internal error: NaN in the operands of a product's error bound")
     with np.errstate(over="ignore", invalid="ignore"):   # an overflowing bound is inf:
-        rel_z = _compose_relative(rel_x, rel_y)           # still a bound
+        rel_z = _compose_relative(rel_x, rel_y, conv_rel)     # still a bound
         err = ((err_x * ((1.0 + rel_y) * mass_y + err_y) + (1.0 + rel_x) * mass_x * err_y
                 + fft_err * (1.0 + rel_z)
                 + 4.0 * folded.shape[-1] * _U * folded.sum(axis=-1)
@@ -423,9 +441,12 @@ def _split_leaf_rows(t, d: float, widths, a, b, ea, eb, shift=None):
     # a factor 2 covers the rest while shift <= 1% of d)
     s_lo = sh[:-1]               # (the shift at each bucket's lower end; grow reads both)
     ea_i = ea[1:-1]
-    held = ai > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ra = ea_i / ai                             # ea / a where a > 0, else 0
+    # a bucket whose error bound is beyond ea / a's range (a tiny mass far out, as at
+    # per-step epsilons near 900) is placed as an empty one is: its whole bound at both
+    # points it may reach (ra a * share <= ea there); inf * 0 would otherwise be NaN
+    held = (ai > 0) & np.isfinite(ra)
     np.copyto(ra, 0.0, where=~held)
     ra *= 1 + 1e-9
     # (expm1 of the shifts once, read at both ends of each bucket)
@@ -466,7 +487,7 @@ def _split_leaf_rows(t, d: float, widths, a, b, ea, eb, shift=None):
     eA[2:] += beta_up * lam_hi * (ra + 3.0 * _U) + lost
     eB[1:-1] += Bb * (1.0 - lam_lo) * (ra + 3.0 * _U) + lost * down
     eB[:-2] += Bb * lam_lo * (ra + 3.0 * _U) + lost * down
-    eB[2:] += beta_down / et * ra
+    eB[2:] += beta_down / et * ra + np.where(held, 0.0, ea_i) / et
     del et, ra, beta_up, beta_down, alpha_up, alpha_down, Bb, lost, down
     # corner buckets: L <= t_{-n} + s (paper's S_{-n}) and L > t_n - s (S_inf): the
     # exact split onto (-inf, t_{-n} + s) and (t_n - s, +inf), then as above
@@ -654,12 +675,11 @@ class SplitBuckets(BucketRepresentation):
         """T1 x T2 with all 4n+1 indices kept (no corner folding yet)."""
         if not other.grid.compatible(self.grid):
             raise ValueError("compose needs buckets on grids of the same factor and size")
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
-                                   tolerance)
-        return self.from_product(other, z, fft_err)
+        return self.from_product(other, convolve_rows(
+            self.rows, None if other is self else other.rows, tolerance))
 
-    def from_product(self, other: "SplitBuckets", z, fft_err) -> "SplitBuckets":
-        """The full product given the convolved rows ``z`` and their round-off bounds.
+    def from_product(self, other: "SplitBuckets", product: RowProduct) -> "SplitBuckets":
+        """The full product given the convolved rows and their round-off bounds.
 
         An infinity atom of the product is a1 M2 + a2 M1 - a1 a2 (M: an operand's whole
         reference mass), which is a1 + a2 - a1 a2 while M <= 1; a reference may hold
@@ -676,12 +696,13 @@ class SplitBuckets(BucketRepresentation):
             atoms = np.array([
                 _times(self.a_inf, 1.0 + ey[0]) + _times(other.a_inf, 1.0 + ex[0]),
                 _times(self.b_minf, 1.0 + ey[1]) + _times(other.b_minf, 1.0 + ex[1])])
+        z, fft_err, conv_rel = product
         err = _propagate(self.error, self.relative, mx, other.error, other.relative, my,
-                         fft_err, np.zeros((2, 1)), atoms)
+                         fft_err, np.zeros((2, 1)), atoms, conv_rel)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return SplitBuckets(grid, z, a_inf, b_minf, err,
                             self.compositions + other.compositions, 0.0,
-                            _compose_relative(self.relative, other.relative))
+                            _compose_relative(self.relative, other.relative, conv_rel))
 
     def squared(self) -> "SplitBuckets":
         """T: f -> f^2; odd points split between their even neighbours, masses kept."""
@@ -910,14 +931,19 @@ class GroupedBuckets(BucketRepresentation):
         r = np.exp(logq + (lq + k))
         p = np.where(np.isfinite(r) & (r < 1e300), p, 0.0)
         r = np.where(p > 0, r, 0.0)
-        rel_r = 8.0 * _U * (big + abs(k))
+        # the weights' exponents u = label + k are rounded sums, within u |label + k| of
+        # the exact ones: a relative error of e^{u |label + k|} - 1 in each B-weight (at
+        # |label| 580 that is 6e-14, more than the sums' allowance on a few groups)
+        u_exp = labels + k
+        top = float(np.max(np.abs(u_exp), where=p > 0, initial=0.0))
+        rel_r = 8.0 * _U * (big + abs(k)) + 2.0 * _U * top
         q_cost = 0.0                       # the second row's error, weighed by e^k
         if q_err > 0:
             arg = math.log(q_err) + lq + k
             rel_c = 8.0 * _U * (abs(math.log(q_err)) + abs(lq) + abs(k) + 2.0)
             q_cost = math.exp(arg) * (1.0 + rel_c) if arg < 709.0 else math.inf
         allowance = p_err + q_cost * (1.0 + 1e-9) + 1e-300 * len(labels)
-        return ThresholdSum.build(np.nan_to_num(th, nan=-np.inf), p, r, labels + k,
+        return ThresholdSum.build(np.nan_to_num(th, nan=-np.inf), p, r, u_exp,
                                   _lower_const(const - allowance), False,
                                   rel_p + _W * ((1.0 + rel_q) * (1.0 + rel_r) - 1.0)), q_cost
 
@@ -1113,9 +1139,9 @@ class GroupedBuckets(BucketRepresentation):
     def compose_full(self, other: "GroupedBuckets", tolerance: float = 0.0) -> "GroupedBuckets":
         if not other.grid.compatible(self.grid) or other.directions != self.directions:
             raise ValueError("compose needs buckets of the same kind on compatible grids")
-        z, fft_err = convolve_rows(self.rows, None if other is self else other.rows,
-                                   self.row_tolerance(other, tolerance))
-        return self.from_product(other, z, fft_err)
+        return self.from_product(other, convolve_rows(
+            self.rows, None if other is self else other.rows,
+            self.row_tolerance(other, tolerance)))
 
     def row_tolerance(self, other: "GroupedBuckets", tolerance: float) -> np.ndarray:
         """A product row's true values are its stored ones times e^{s}, s the sum of
@@ -1134,16 +1160,17 @@ class GroupedBuckets(BucketRepresentation):
             return float(tolerance) * np.maximum(np.exp(-(self.log_scale + other.log_scale)),
                                                  1.0)
 
-    def from_product(self, other: "GroupedBuckets", z, fft_err) -> "GroupedBuckets":
+    def from_product(self, other: "GroupedBuckets", product: RowProduct) -> "GroupedBuckets":
         n = self.grid.number_of_buckets
+        z, fft_err, conv_rel = product
         ax, ay = self._atoms(), other._atoms()
         err = _propagate(self.error, self.relative, self.rows.sum(axis=1) + ax, other.error,
                          other.relative, other.rows.sum(axis=1) + ay, fft_err,
-                         np.zeros((len(self.rows), 1)), ax + ay)
+                         np.zeros((len(self.rows), 1)), ax + ay, conv_rel)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         # the scales add; their sum's rounding is a relative error of the whole row
         log_scale = self.log_scale + other.log_scale
-        rel = _compose_relative(self.relative, other.relative) * (1.0 + 4 * _U) \
+        rel = _compose_relative(self.relative, other.relative, conv_rel) * (1.0 + 4 * _U) \
             + _scale_rounding(log_scale, self.log_scale, other.log_scale)
         z, err, log_scale, rel = _normalised(z, err, log_scale, rel,
                                              [k in ("C", "D") for k in self.kinds])
@@ -1599,22 +1626,23 @@ class PaperBuckets(BucketRepresentation):
             raise ValueError("compose needs buckets of one direction on grids of the same "
                              "factor and size")
         x, y = self.tamed(), other.tamed()
-        z, fft_err = convolve_rows(x.rows, None if y is x else y.rows, tolerance)
-        return x.from_product(y, z, fft_err)
+        return x.from_product(y, convolve_rows(x.rows, None if y is x else y.rows,
+                                               tolerance))
 
-    def from_product(self, other: "PaperBuckets", z, fft_err) -> "PaperBuckets":
+    def from_product(self, other: "PaperBuckets", product: RowProduct) -> "PaperBuckets":
         """The full product given the convolved rows (of ``tamed`` operands)."""
         n = self.grid.number_of_buckets
+        z, fft_err, conv_rel = product
         a_inf = self.a_inf + other.a_inf - self.a_inf * other.a_inf
         mx = self.rows.sum(axis=1) + np.array([self.a_inf, 0, 0])
         my = other.rows.sum(axis=1) + np.array([other.a_inf, 0, 0])
         atoms = np.array([self.a_inf + other.a_inf, 0.0, 0.0])
         err = _propagate(self.error, self.relative, mx, other.error, other.relative, my,
-                         fft_err, np.zeros((3, 1)), atoms)
+                         fft_err, np.zeros((3, 1)), atoms, conv_rel)
         grid = Grid(self.grid.log_factor, 2 * n, self.grid.offset + other.grid.offset)
         return PaperBuckets(grid, z, a_inf, self.u + other.u, err,
                             self.compositions + other.compositions, self.direction,
-                            _compose_relative(self.relative, other.relative))
+                            _compose_relative(self.relative, other.relative, conv_rel))
 
     def restricted(self, grid: Grid, mean_loss: Optional[Tuple[float, float]] = None) -> "PaperBuckets":
         """Corner rules of Definitions 4 and 7 on ``grid`` (a ``Grid.window``): above

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-from ._validation import check_count, check_delta, check_real
+from ._validation import MAX_STEPS, check_count, check_delta, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant
 from .mechanisms import MAX_NOISE, MIN_NOISE
 from .samplers import check_assumptions
@@ -131,7 +131,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta(delta)
     q = check_real("sample_rate", sample_rate, low=0.0, high=1.0, low_open=True)
-    steps = check_count("steps", steps, minimum=1)
+    steps = check_count("steps", steps, minimum=1, maximum=MAX_STEPS)
     tol = check_real("tol", tol, low=0.0, high=1.0, low_open=True)
     tol = max(tol, MIN_RELATIVE_TOLERANCE)
     max_evaluations = check_count("max_evaluations", max_evaluations, minimum=2)

@@ -24,11 +24,11 @@ from scipy import special
 
 from ._validation import check_count, check_real
 from .buckets import (MAX_LOSS_RANGE, Grid, GroupedBuckets, PaperBuckets, SplitBuckets,
-                      leaf_masses,
+                      leaf_masses, summable_spacing,
                       grouped_directions)  # noqa: F401  (grouped_directions re-exported)
 from . import graded_leaves
 from ._memory import prime_allocator
-from .convolution import convolve_rows, smooth_length
+from .convolution import RowProduct, convolve_rows, smooth_length
 from .mechanisms import MechanismPair
 from .representation import BucketRepresentation
 
@@ -153,6 +153,16 @@ class BucketOptions:
                 or self.spacing_base not in SPACING_BASES):
             raise ValueError(f"spacing_base must be one of {SPACING_BASES}, got "
                              f"{self.spacing_base!r}")
+        # stored as plain Python numbers once valid: a whole float such as 1000.0 is the
+        # count it names (it used to pass here and fail at the first query), and numpy
+        # scalars would not go through json.dumps with a state_dict
+        for name in ("number_of_buckets", "max_buckets"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
+        for name in ("factor", "free_infty_budget", "growth_factor", "resolution",
+                     "leaf_resolution", "spacing_base"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
 
 
 #: delta class used when no target delta is given (curves, delta queries): it sizes the
@@ -263,7 +273,7 @@ def leaf_grid(pair: MechanismPair, budget: float, options: BucketOptions,
     """
     lo, hi, reach = _leaf_reach(pair, budget, cap)
     if options.factor is not None:
-        step = math.log(options.factor)
+        step = summable_spacing(math.log(options.factor))
         n = options.number_of_buckets or buckets_for(reach, step, options.max_buckets)
         if n * step > MAX_LOSS_RANGE:
             raise ValueError(
@@ -486,14 +496,15 @@ class BucketSet:
             # small grids: one batched transform for the split and the grouped rows
             # (large ones decide the finer split per representation instead)
             rows = np.vstack([x.rows for x, _ in batched])
-            z, err = convolve_rows(rows, None if same else
-                                   np.vstack([y.rows for _, y in batched]),
-                                   np.concatenate([x.row_tolerance(y, t) for x, y in batched]))
+            product = convolve_rows(rows, None if same else
+                                    np.vstack([y.rows for _, y in batched]),
+                                    np.concatenate([x.row_tolerance(y, t)
+                                                    for x, y in batched]))
             start = 0
             for x, y in batched:
-                k = len(x.rows)
-                out[id(x)] = x.from_product(y, z[start:start + k], err[start:start + k])
-                start += k
+                rows_of_x = slice(start, start + len(x.rows))
+                out[id(x)] = x.from_product(y, RowProduct(*(a[rows_of_x] for a in product)))
+                start += len(x.rows)
         members = tuple((name, tuple(out[id(x)] if id(x) in out else x.compose_full(y, t)
                                      for x, y in zip(reps, o._get(name))))
                         for name, reps in self.members)

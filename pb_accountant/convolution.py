@@ -27,7 +27,7 @@ import bisect
 import functools
 import math
 import os
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 from scipy import fft as _fft
@@ -200,30 +200,36 @@ def _coarse(rows, magnitude: bool = False) -> bool:
     return bool(np.min(a, where=a > 0.0, initial=np.inf) >= _COARSE)
 
 
-#: the direct sum's taps are added in blocks of this many (``_direct``): a term then
-#: passes through one product, at most _DIRECT_BLOCK - 1 additions within its block and
-#: one per further block, so k non-negative products carry at most gamma_d of their
-#: exact sum, d = _DIRECT_BLOCK + ceil(k / _DIRECT_BLOCK) - 1 = 23 for k = 128, within
-#: CONVOLUTION_RELATIVE_ERROR (48u; d <= 47 would do)
-_DIRECT_BLOCK = 16
-#: (short operand's columns, least row length) from which a direct sum costs about as
-#: much as the transform at its cheapest, a two-part split of 2 rows (a finer split costs
-#: it 2-4 times more), measured on 2 cores (``benchmarks/bench_direct.py``,
-#: benchmarks/results/bench_direct.txt): at 64 columns 0.37 vs 0.41 ms for rows of
-#: 1,000 and 1.5 vs 2.8 ms for 16,000; at 128 columns 2.9 vs 2.8 ms for 16,000 and 10.7
-#: vs 12.0 for 64,000.  A product of a narrow bulk with a wide tail (a two-scale fold's
-#: B R') takes k passes over the wide row instead of a transform of twice its length.
-_DIRECT_TAPS = ((32, 0), (64, 1000), (128, 16000))
-#: the operands' non-zero entries must lie in [2^-465, 2^480]: every product of two and
-#: every sum of up to 128 such products is then a normal float at least 2^-930 > _TINY
-#: (no underflow, whose error is absolute, no entry to flush, and no overflow)
+#: the direct sum's cost model, in nanoseconds on 2 cores: numpy's convolve of a row
+#: takes about _DIRECT_NS[1] plus, per entry of the product, _DIRECT_NS[2] and
+#: _DIRECT_NS[3] per term of its dot product (at most the shorter span); the transform
+#: about _TRANSFORM_NS[1] per row plus _TRANSFORM_NS[2] N log2 N per row of length N;
+#: [0] is each one's cost per call.  Fitted (``benchmarks/bench_direct.py --settings``)
+#: to both paths' times on every product of random-suite settings,
+#: benchmarks/results/bench_direct.txt.  A product is summed directly only where that
+#: is predicted to cost less: a narrow bulk times a wide tail (a two-scale fold's
+#: B R'), or a small grid.
+_DIRECT_NS = (10e3, 21e3, 8.2, 0.068)
+_TRANSFORM_NS = (59e3, 118e3, 3.8)
+#: the longest dot product a direct sum may take: numpy's convolve sums each entry with
+#: the BLAS dot product, which OpenBLAS computes on one thread up to 10,000 terms (a
+#: threaded dot's order of summation would depend on the thread count, and so would
+#: the bits)
+_DIRECT_MOST_TERMS = 8192
+#: the operands' non-zero entries must lie in [2^-465, 2^480]: every product of two is
+#: then a normal float in [2^-930, 2^960] and every sum of up to _DIRECT_MOST_TERMS of
+#: them stays below 2^974 (no underflow, whose error is absolute, no entry below the
+#: transform's flush _TINY, and no overflow)
 _DIRECT_RANGE = (2.0 ** -465, 2.0 ** 480)
 
 
-def _direct_taps(m: int) -> int:
-    """The most columns a short operand may span for rows of length ``m`` to be summed
-    directly."""
-    return max(k for k, least in _DIRECT_TAPS if m >= least)
+def direct_relative_error(terms: int) -> float:
+    """gamma_k = k u / (1 - k u): the relative round-off of a sum of k non-negative
+    products computed in any order (Higham, Accuracy and Stability of Numerical
+    Algorithms, 2nd ed., eq. 3.5): each term passes through one product and at most
+    k - 1 additions, every rounding relative, no term of the other sign to cancel."""
+    k = max(int(terms), 1)
+    return k * UNIT_ROUNDOFF / (1.0 - k * UNIT_ROUNDOFF)
 
 
 def _span(rows) -> Tuple[int, int]:
@@ -240,37 +246,63 @@ def _in_direct_range(rows) -> bool:
                 and (low == np.inf or low >= _DIRECT_RANGE[0]))
 
 
+def direct_is_cheaper(rows: int, m: int, span_x: int, span_y: int) -> bool:
+    """Whether summing ``rows`` products of operands spanning ``span_x`` and ``span_y``
+    columns directly is predicted to cost less than the transform of rows of length
+    ``m`` (the cost model above)."""
+    terms = min(span_x, span_y)
+    if terms == 0 or terms > _DIRECT_MOST_TERMS:
+        return False
+    entries = span_x + span_y - 1
+    n_fft = fft_length(m)
+    direct = _DIRECT_NS[0] + rows * (_DIRECT_NS[1] + entries * (_DIRECT_NS[2]
+                                                                + _DIRECT_NS[3] * terms))
+    transform = _TRANSFORM_NS[0] + rows * (_TRANSFORM_NS[1]
+                                           + _TRANSFORM_NS[2] * n_fft * math.log2(n_fft))
+    return direct < transform
+
+
 def _direct(x: np.ndarray, y: Optional[np.ndarray]):
-    """``convolve_rows`` summed directly, where one operand spans at most
-    ``_direct_taps(m)`` columns and both are non-negative within _DIRECT_RANGE; else
-    None.  Entry j of row r sums x[r, i] y[r, j - i] over the short operand's columns i,
-    in blocks of _DIRECT_BLOCK in order, every term non-negative and normal, so it
-    carries at most gamma_23 <= CONVOLUTION_RELATIVE_ERROR of its exact value and no
-    absolute error: every entry is 0 (no term) or at least 2^-930, above the _TINY the
-    transform's path flushes."""
+    """``convolve_rows`` summed directly where that is cheaper (``direct_is_cheaper``)
+    and both operands are non-negative within _DIRECT_RANGE; else None.
+
+    Each row's product is numpy's convolve of the operands' spans (the columns holding
+    their non-zero entries): every entry a dot product of at most k = min(span) terms,
+    non-negative and normal, so it carries at most ``direct_relative_error(k)`` of its
+    exact value and no absolute error (every entry is 0, no term, or at least 2^-930,
+    above the _TINY the transform's path flushes).  Each row is summed alone, so the
+    bits do not depend on the other rows."""
     rows, m = x.shape
     if m == 0 or rows == 0:
         return None
-    most = _direct_taps(m)
-    short, wide = x, (x if y is None else y)
-    lo, hi = _span(short)
-    if y is not None and hi - lo > most:
-        short, wide = wide, short
-        lo, hi = _span(short)
-    if hi - lo > most:
+    lx, hx = _span(x)
+    ly, hy = (lx, hx) if y is None else _span(y)
+    if hx == lx or hy == ly:
+        # an operand of zeros: the product is exactly zero
+        return RowProduct(np.zeros((rows, 2 * m - 1)), np.zeros(rows), np.zeros(rows))
+    if not direct_is_cheaper(rows, m, hx - lx, hy - ly):
         return None
-    if not (_in_direct_range(x) and (y is None or _in_direct_range(y))):
+    xs = x[:, lx:hx]
+    ys = xs if y is None else y[:, ly:hy]
+    if not (_in_direct_range(xs) and (y is None or _in_direct_range(ys))):
         return None
     z = np.zeros((rows, 2 * m - 1))
-    block = np.empty((rows, m + _DIRECT_BLOCK - 1))
-    for start in range(lo, hi, _DIRECT_BLOCK):
-        stop = min(start + _DIRECT_BLOCK, hi)
-        acc = block[:, :m + stop - start - 1]
-        acc.fill(0.0)
-        for i in range(start, stop):
-            acc[:, i - start:i - start + m] += short[:, i:i + 1] * wide
-        z[:, start:start + acc.shape[1]] += acc
-    return z, np.zeros(rows)
+    out = z[:, lx + ly:hx + hy - 1]
+    for r in range(rows):
+        out[r] = np.convolve(xs[r], ys[r])
+    relative = np.full(rows, direct_relative_error(min(hx - lx, hy - ly)))
+    return RowProduct(z, np.zeros(rows), relative)
+
+
+class RowProduct(NamedTuple):
+    """``convolve_rows``' answer: the product's rows, and per row the l1 norm of its
+    absolute round-off and its entrywise relative round-off: every entry z_k is within
+    relative[r] (x*y)_k of the exact product plus an absolute part whose l1 norm over
+    the row is at most l1_error[r]."""
+
+    values: np.ndarray
+    l1_error: np.ndarray
+    relative: np.ndarray
 
 
 def _pair_bound(n_fft, na, nb):
@@ -280,16 +312,18 @@ def _pair_bound(n_fft, na, nb):
 def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float = 0.0):
     """Full linear convolution of matching rows of ``x`` and ``y`` (``y=None``: x with x).
 
-    Returns (z, l1_error): z has shape (rows, 2m-1); the round-off of row k is at most
-    CONVOLUTION_RELATIVE_ERROR times the exact product entrywise plus an absolute part
-    whose l1 norm is at most l1_error[k] (the FFT's error on the small rest).  All rows
-    go through one batched, multi-threaded transform.  Each row is split exactly into
-    hi + lo, or into up to ``_MAX_PARTS`` parts when the two-way bound would exceed
-    ``tolerance`` (``_split_plan`` checks before the transform that every level of the
-    split is recovered exactly); the products of the leading parts are recovered
-    exactly by rounding to their grids, only the rest carries round-off.  Where one
-    operand spans only a few columns (``_direct_taps``) the rows are summed directly
-    instead (``_direct``), within the same relative bound.
+    Returns a ``RowProduct`` (z, l1_error, relative): z has shape (rows, 2m-1); the
+    round-off of row k is at most relative[k] (CONVOLUTION_RELATIVE_ERROR through the
+    transform) times the exact product entrywise plus an absolute part whose l1 norm is
+    at most l1_error[k] (the FFT's error on the small rest).  All rows go through one
+    batched, multi-threaded transform.  Each row is split exactly into hi + lo, or into
+    up to ``_MAX_PARTS`` parts when the two-way bound would exceed ``tolerance``
+    (``_split_plan`` checks before the transform that every level of the split is
+    recovered exactly); the products of the leading parts are recovered exactly by
+    rounding to their grids, only the rest carries round-off.  Where summing the rows
+    directly costs less (an operand spanning few columns, or a small grid:
+    ``direct_is_cheaper``) they are summed directly instead (``_direct``), with a
+    relative bound alone.
 
     The rows of x and y are scaled, split and measured together (one stacked array: the
     scaling and splitting are entrywise and each row's l1 norm is summed alone, so those
@@ -445,7 +479,7 @@ def convolve_rows(x: np.ndarray, y: np.ndarray | None = None, tolerance: float =
     check_finite("convolve_rows' product", z)
     if np.isnan(errors).any():
         raise RuntimeError("internal error: convolve_rows produced a NaN error bound")
-    return z, errors
+    return RowProduct(z, errors, np.full(rows, CONVOLUTION_RELATIVE_ERROR))
 
 
 def _add_level(z, part, g, exact) -> None:

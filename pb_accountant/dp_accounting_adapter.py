@@ -316,7 +316,11 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         """
         delta = check_real("target_delta", target_delta, low=0.0, high=1.0)
         if self._contains_non_dp_event:
-            return self._tagged(EpsilonBounds(delta, math.inf, math.inf, "none", None,
+            # dp_accounting's contract: epsilon inf at every delta, 1 included; the
+            # lower bound is 0 at delta = 1 (delta(0) is a total variation distance, at
+            # most 1, whatever was composed)
+            return self._tagged(EpsilonBounds(delta, 0.0 if delta == 1.0 else math.inf,
+                                              math.inf, "none", None,
                                               ("a NonPrivateDpEvent was composed: no guarantee",)))
         pairs = self._history()
         if delta == 1.0 or not pairs:

@@ -160,10 +160,34 @@ class PrivacyBuckets:
         lo = self.delta_lower(eps, None if method in (None, "split") else method)
         up = self.delta_upper(eps, method if method in (None, "split", "paper") else None)
         lo = np.minimum(lo, up)
+        notes = self._delta_notes(eps, up)
         if scalar:
             return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]),
-                               method or "best", self.grid_info)
-        return DeltaBounds(eps, lo, up, method or "best", self.grid_info)
+                               method or "best", self.grid_info, notes)
+        return DeltaBounds(eps, lo, up, method or "best", self.grid_info, notes)
+
+    def _delta_notes(self, eps: np.ndarray, up: np.ndarray) -> Tuple[str, ...]:
+        """Why a delta upper bound is the trivial 1, or is mostly the infinity atoms
+        (``notes``' reasons, for delta queries)."""
+        if self.buckets is None:
+            return ()
+        notes = list(self.notes())
+        mass = self.infinity_mass
+        trivial = up >= 1.0
+        if trivial.any():
+            where = eps[trivial]
+            notes.append(
+                f"the upper bound is the trivial delta 1 at {int(trivial.sum())} of the "
+                f"{len(eps)} epsilons (from {float(where.min()):.6g} to "
+                f"{float(where.max()):.6g}): "
+                + (f"the infinity atoms plus certified round-off carry {mass:.3g}"
+                   if mass >= 0.01 else "the composed distributions barely overlap there"))
+        elif mass > 0.01 * float(np.min(up)):
+            notes.append(
+                f"the infinity atoms (distinguishing events, mass beyond the grid) plus "
+                f"certified round-off carry {mass:.3g}, over 1% of the smallest upper bound "
+                f"({float(np.min(up)):.3g}); the upper bound counts them in full")
+        return tuple(dict.fromkeys(notes))
 
     # -- epsilon ------------------------------------------------------------------------
     def epsilon_upper(self, delta: float, method: Optional[str] = None) -> float:

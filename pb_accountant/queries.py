@@ -113,7 +113,20 @@ class ThresholdSum:
         if m:
             block[m] = len(starts) - 1
         nblocks = max(len(starts), 1)
-        slack_factor = (4.0 * (m + 2 + 4 * nblocks + 8) * _U + float(relative)) * (1.0 + 1e-9)
+        # the exponents' arguments are rounded differences, each within u of its own
+        # size: shift - u_i (at most the largest such gap), the block links (at most
+        # the span of the shifts in all) and, in a query, eps - shift (eps lies below
+        # the last threshold and is at least 0: at most |shift| + |theta|); together E,
+        # a relative error of at most e^E - 1 in each e^eps q_i <= e^0.05 p_i
+        if m:
+            gaps = np.abs(np.repeat(shift[: len(starts)], ends - starts) - u)
+            reach = float(np.max(np.abs(theta))) + float(np.max(np.abs(shift)))
+            exponents = _U * (float(np.max(gaps)) + float(shift[-1] - shift[0]) + reach
+                              + _BLOCK_WIDTH + 1.0)
+        else:
+            exponents = 0.0
+        slack_factor = (4.0 * (m + 2 + 4 * nblocks + 8) * _U + float(relative)
+                        + 1.06 * math.expm1(exponents)) * (1.0 + 1e-9)
         absolute = (m + 4 * nblocks + 4) * _UNDERFLOW_PER_TERM
         return ThresholdSum(theta, P, Qs, block, np.asarray(shift, dtype=float), float(const),
                             upper, slack_factor, absolute)

@@ -67,10 +67,10 @@ class BucketRepresentation(abc.ABC):
         return np.full(len(self.rows), float(tolerance))
 
     @abc.abstractmethod
-    def from_product(self, other, z: np.ndarray, fft_err: np.ndarray):
-        """The full product given the convolved rows ``z`` of ``self.rows`` and
-        ``other.rows`` and their round-off bounds (one batched transform for several
-        representations)."""
+    def from_product(self, other, product):
+        """The full product given the convolved rows of ``self.rows`` and
+        ``other.rows`` with their round-off bounds (a ``convolution.RowProduct``; one
+        batched transform for several representations)."""
 
     @abc.abstractmethod
     def squared(self):

@@ -19,7 +19,7 @@ def test_only_reads_the_seed_it_is_given(saddle, capsys):
     saddle.main(["--seed", "31", "--only", "86",
                  "--csv", os.path.join(BENCH, "results", "random_suite_seed31.csv")])
     line = capsys.readouterr().out
-    assert "#86: delta 1.13e-11  pb [190.699622, 190.774857]" in line
+    assert "#86: delta 1.13e-11  pb [190.699623, 190.774856]" in line
     assert "(inside;" in line and "PLD 190.717240" in line
 
 

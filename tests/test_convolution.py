@@ -1,7 +1,8 @@
 """The certified FFT round-off bounds hold against exact convolutions.
 
-``convolve_rows`` certifies |z_k - (x*y)_k| <= CONVOLUTION_RELATIVE_ERROR (x*y)_k plus an
-absolute part of l1 norm <= err (docs/floating-point.md); ``beyond_relative`` measures
+``convolve_rows`` certifies |z_k - (x*y)_k| <= relative (x*y)_k plus an absolute part of
+l1 norm <= err (docs/floating-point.md; relative is CONVOLUTION_RELATIVE_ERROR through the
+transform, gamma_k for a direct sum of k-term dot products); ``beyond_relative`` measures
 that absolute part exactly.
 """
 from fractions import Fraction
@@ -31,9 +32,9 @@ def l1_distance(z, exact):
     return float(sum(abs(Fraction(float(v)) - e) for v, e in zip(z, exact)))
 
 
-def beyond_relative(z, exact):
+def beyond_relative(z, exact, relative=CONVOLUTION_RELATIVE_ERROR):
     """l1 norm of the part of z's error not covered by the relative allowance."""
-    r = Fraction(CONVOLUTION_RELATIVE_ERROR)
+    r = Fraction(float(relative))
     return float(sum(max(abs(Fraction(float(v)) - e) - r * e, Fraction(0))
                      for v, e in zip(z, exact)))
 
@@ -55,11 +56,13 @@ def vectors(rng, kind, m):
 
 @pytest.fixture(params=["direct", "transform"])
 def path(request, monkeypatch):
-    """Rows short enough for the direct sum take it ("direct"), or every product goes
-    through the transform ("transform": no operand is short enough)."""
+    """Every product the direct sum can certify takes it ("direct": as if it were always
+    the cheaper), or every product goes through the transform ("transform")."""
     import pb_accountant.convolution as conv
     if request.param == "transform":
-        monkeypatch.setattr(conv, "_DIRECT_TAPS", ((0, 0),))
+        monkeypatch.setattr(conv, "_DIRECT_MOST_TERMS", 0)
+    else:
+        monkeypatch.setattr(conv, "direct_is_cheaper", lambda *args: True)
     return request.param
 
 
@@ -69,9 +72,9 @@ def test_certified_bound_holds(rng, kind, m, path):
     x = vectors(rng, kind, m)
     y = vectors(rng, "dynamic", m)
     for rows_y in (None, y[None, :]):
-        z, err = convolve_rows(x[None, :], rows_y)
+        z, err, rel = convolve_rows(x[None, :], rows_y)
         exact = exact_convolution(x, x if rows_y is None else y)
-        dist = beyond_relative(z[0], exact)
+        dist = beyond_relative(z[0], exact, rel[0])
         assert dist <= err[0], (dist, err[0])
         assert err[0] < 1e-12
 
@@ -92,7 +95,7 @@ def test_plain_fft_bound_holds(rng):
 
 def test_hi_lo_split_is_much_tighter_than_plain_fft(rng):
     x = vectors(rng, "peaked", 2000)
-    z, err = convolve_rows(x[None, :])
+    z, err, _ = convolve_rows(x[None, :])
     n = fft_length(2000)
     plain = convolution_l1_error(n, 1.0, np.linalg.norm(x), 1.0, np.linalg.norm(x))
     assert err[0] < plain / 100
@@ -101,7 +104,7 @@ def test_hi_lo_split_is_much_tighter_than_plain_fft(rng):
 def test_zero_rows_and_scaling():
     x = np.zeros((2, 9))
     x[1, 4] = 1e-200
-    z, err = convolve_rows(x)
+    z, err, _ = convolve_rows(x)
     assert np.all(z[0] == 0) and err[0] == 0
     # 1e-200 squared is 1e-400, below the smallest subnormal (4.9e-324): it rounds to 0,
     # and the bound covers what was lost
@@ -111,7 +114,7 @@ def test_zero_rows_and_scaling():
     # is 1e-320 (subnormal, spacing 4.9e-324), each to its own precision
     for a, exact, slack in [(1e-150, 1e-300, 1e-12 * 1e-300), (1e-160, 1e-320, 4 * 5e-324)]:
         x[1, 4] = a
-        z, err = convolve_rows(x)
+        z, err, _ = convolve_rows(x)
         assert z[1, 8] > 0.0
         assert abs(z[1, 8] - exact) <= slack + err[1], (a, z[1, 8], err[1])
         assert np.all(np.abs(np.delete(z[1], 8)) <= slack + err[1])
@@ -129,10 +132,10 @@ def test_products_below_the_subnormals_are_certified(tolerance, mantissa):
     y = np.zeros((1, 9))
     y[0, ::2] = a
     for rows_y, other in ((None, x[0]), (y, y[0])):
-        z, err = convolve_rows(x, rows_y, tolerance)
+        z, err, rel = convolve_rows(x, rows_y, tolerance)
         exact = exact_convolution(x[0], other)
         assert max(exact) > Fraction(2.0 ** -1075)       # a product that is not 0
-        assert beyond_relative(z[0], exact) <= err[0], (z[0], err[0])
+        assert beyond_relative(z[0], exact, rel[0]) <= err[0], (z[0], err[0])
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 1.0])
@@ -141,9 +144,9 @@ def test_two_and_three_way_splits_are_certified(rng, tolerance):
     x = vectors(rng, "peaked", 150)
     y = vectors(rng, "dynamic", 150)
     for rows_y in (None, y[None, :]):
-        z, err = convolve_rows(x[None, :], rows_y, tolerance)
+        z, err, rel = convolve_rows(x[None, :], rows_y, tolerance)
         exact = exact_convolution(x, x if rows_y is None else y)
-        assert beyond_relative(z[0], exact) <= err[0]
+        assert beyond_relative(z[0], exact, rel[0]) <= err[0]
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 1e-30])
@@ -157,13 +160,13 @@ def test_tail_entries_near_1e_15_are_relatively_accurate(rng, tolerance):
     k = np.arange(m)
     x = np.exp(-0.5 * ((k - 20) / 4.0) ** 2) + 1e-14 * np.exp(-k / 30.0)
     x /= x.sum()
-    z, err = convolve_rows(x[None, :], None, tolerance)
+    z, err, rel = convolve_rows(x[None, :], None, tolerance)
     exact = exact_convolution(x, x)
-    assert beyond_relative(z[0], exact) <= err[0]
+    assert beyond_relative(z[0], exact, rel[0]) <= err[0]
     tail = slice(100, 2 * m - 1)
     tail_exact = sum(exact[tail])
     assert 1e-16 < float(tail_exact) < 1e-13
-    certified = float(err[0]) + CONVOLUTION_RELATIVE_ERROR * float(tail_exact)
+    certified = float(err[0]) + rel[0] * float(tail_exact)
     assert certified < 1e-5 * float(tail_exact)
     got = Fraction(float(np.sum(z[0, tail])))
     assert abs(got - tail_exact) <= Fraction(certified) + Fraction(1e-14) * tail_exact
@@ -190,7 +193,7 @@ def _as_int(v, bits):
     return out
 
 
-def exact_excess(z, x, y):
+def exact_excess(z, x, y, relative=CONVOLUTION_RELATIVE_ERROR):
     """Exact l1 norm of z's error beyond the relative allowance, with integer arithmetic
     (python-flint's polynomial product: exact, and fast enough for 10^4 entries)."""
     flint = pytest.importorskip("flint")
@@ -198,14 +201,13 @@ def exact_excess(z, x, y):
     exact = [int(c) for c in prod.coeffs()]
     exact += [0] * (len(z) - len(exact))
     got = _as_int(z, 2 * _SCALE)
-    r = int(CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60)      # 48 u 2^60: an integer
-    assert r == CONVOLUTION_RELATIVE_ERROR * 2.0 ** 60
+    num, den = float(relative).as_integer_ratio()       # the allowance num / den, exactly
     total = 0
     for a, c in zip(got, exact):
-        d = abs(a - c) * (1 << 60) - r * c
+        d = abs(a - c) * den - num * c
         if d > 0:
             total += d
-    return Fraction(total, 1 << (2 * _SCALE + 60))
+    return Fraction(total, den << (2 * _SCALE))
 
 
 @pytest.mark.parametrize("m,tail_from,tolerance", [(8000, 1e-3, 1e-20), (16000, 1e-5, 1e-20),
@@ -220,9 +222,9 @@ def test_deep_levels_of_long_tails_are_recovered_exactly(m, tail_from, tolerance
     x = leaf_like(m, tail_from)
     y = leaf_like(m, tail_from * 3.0)[::-1].copy()
     for rows_y, other in ((None, x), (y[None, :], y)):
-        z, err = convolve_rows(x[None, :], rows_y, tolerance)
+        z, err, rel = convolve_rows(x[None, :], rows_y, tolerance)
         assert err[0] <= tolerance
-        assert exact_excess(z[0], x, other) <= Fraction(float(err[0]))
+        assert exact_excess(z[0], x, other, rel[0]) <= Fraction(float(err[0]))
 
 
 def test_small_q_leaf_meets_its_tolerance():
@@ -236,7 +238,7 @@ def test_small_q_leaf_meets_its_tolerance():
                           frozenset({"split"}))
     tolerance = 8.14e-22
     rows = leaf.split.rows
-    z, err = convolve_rows(rows, None, tolerance)
+    z, err, _ = convolve_rows(rows, None, tolerance)
     assert np.all(err <= tolerance)
     assert np.all(np.isfinite(z)) and np.all(z >= 0.0)
     assert z.sum(axis=1) == pytest.approx(rows.sum(axis=1) ** 2, rel=1e-12)
@@ -257,11 +259,11 @@ def test_twelve_part_splits_are_certified_and_tighter_than_eight(monkeypatch):
         return plan
 
     monkeypatch.setattr(conv, "_split_plan", spy)
-    z, err = convolve_rows(x[None, :], None, 0.0)
+    z, err, rel = convolve_rows(x[None, :], None, 0.0)
     assert used == [12]
-    assert exact_excess(z[0], x, x) <= Fraction(float(err[0]))
+    assert exact_excess(z[0], x, x, rel[0]) <= Fraction(float(err[0]))
     monkeypatch.setattr(conv, "_MAX_PARTS", 8)
-    _, err8 = convolve_rows(x[None, :], None, 0.0)
+    _, err8, _ = convolve_rows(x[None, :], None, 0.0)
     assert used[-1] == 8 and err[0] < err8[0]
 
 
@@ -384,8 +386,8 @@ def test_blocks_of_long_rows_give_the_same_bits(monkeypatch, tolerance):
     monkeypatch.setattr(conv, "_PRODUCT_BLOCK", 10 ** 9)
     whole = [convolve_rows(x, None, tolerance), convolve_rows(x, y, tolerance),
              convolve_rows(x, None, 1.0)]
-    for (z, e), (zw, ew) in zip(blocked, whole):
-        assert np.array_equal(z, zw) and np.array_equal(e, ew)
+    for (z, e, r), (zw, ew, rw) in zip(blocked, whole):
+        assert np.array_equal(z, zw) and np.array_equal(e, ew) and np.array_equal(r, rw)
 
 
 # ------------------------------------------------------------------ the direct sum
@@ -404,12 +406,13 @@ def _direct_spy(monkeypatch):
     return taken
 
 
-@pytest.mark.parametrize("m,taps", [(300, 1), (300, 32), (1000, 64), (16000, 128)])
+@pytest.mark.parametrize("m,taps", [(300, 1), (300, 32), (1000, 64), (16000, 128),
+                                    (16000, 400), (40000, 700)])
 def test_narrow_bulk_times_long_tail_is_summed_directly_and_certified(monkeypatch, m, taps):
-    """A two-scale fold's B R': a bulk spanning ``taps`` columns (up to the most the
-    rows' length allows) times a leaf-like tail, both orders and the bulk squared, is
-    summed directly and holds against exact integer arithmetic: within 48u of every
-    exact entry, the absolute part (flushed entries) within the bound returned."""
+    """A two-scale fold's B R': a bulk spanning ``taps`` columns times a leaf-like tail,
+    both orders and the bulk squared, is summed directly and holds against exact integer
+    arithmetic: within gamma_taps of every exact entry, with no absolute part."""
+    import pb_accountant.convolution as conv
     taken = _direct_spy(monkeypatch)
     k = np.arange(taps)
     bulk = np.zeros(m)
@@ -417,26 +420,52 @@ def test_narrow_bulk_times_long_tail_is_summed_directly_and_certified(monkeypatc
     bulk /= bulk.sum()
     tail = leaf_like(m, 1e-4)
     for x, y in ((bulk, tail), (tail, bulk), (bulk, None)):
-        z, err = convolve_rows(x[None, :], None if y is None else y[None, :], 0.0)
+        z, err, rel = convolve_rows(x[None, :], None if y is None else y[None, :], 0.0)
         assert taken[-1]
         assert np.all(z >= 0.0) and err[0] == 0.0
-        assert exact_excess(z[0], x, x if y is None else y) <= Fraction(float(err[0]))
+        assert rel[0] == conv.direct_relative_error(taps)
+        assert exact_excess(z[0], x, x if y is None else y, rel[0]) == 0
+
+
+@pytest.mark.parametrize("m", [700, 1500])
+def test_small_grids_summed_directly_are_certified(monkeypatch, m):
+    """Dense rows of a small grid, a leaf-like tail down to 1e-34 (dot products of up to
+    m terms): summed directly when that is cheaper, within gamma_m of every exact entry
+    (exact integer arithmetic), no absolute part, and far tighter than 48u plus the
+    transform's absolute bound on the tail."""
+    import pb_accountant.convolution as conv
+    taken = _direct_spy(monkeypatch)
+    x = leaf_like(m, 1e-5)
+    y = leaf_like(m, 1e-3)[::-1].copy()
+    for rows_y, other in ((None, x), (y[None, :], y)):
+        z, err, rel = convolve_rows(x[None, :], rows_y, 0.0)
+        assert taken[-1] is conv.direct_is_cheaper(1, m, m, m)
+        if taken[-1]:
+            assert err[0] == 0.0 and rel[0] == conv.direct_relative_error(m)
+        assert exact_excess(z[0], x, other, rel[0]) <= Fraction(float(err[0]))
 
 
 def test_the_direct_sum_declines_what_it_cannot_certify(monkeypatch, rng):
-    """Wider operands, negative entries, and entries outside [2^-465, 2^480] (whose
+    """Costlier sums (wide operands on a long grid), dot products beyond
+    _DIRECT_MOST_TERMS, negative entries, and entries outside [2^-465, 2^480] (whose
     products could leave the normal range or fall below the transform's flush) go
     through the transform."""
+    import pb_accountant.convolution as conv
     taken = _direct_spy(monkeypatch)
-    x = np.zeros((1, 2000))
-    x[0, 100:165] = rng.random(65) + 0.5                 # 65 columns: beyond 64 at m 2000
-    y = rng.random((1, 2000))
-    for a, b in [(x, y), (y, x), (x, None)]:
+    x = np.zeros((1, 40000))
+    x[0, 100:3100] = rng.random(3000) + 0.5              # 3000 columns on 40,000
+    y = rng.random((1, 40000))
+    assert not conv.direct_is_cheaper(1, 40000, 3000, 40000)
+    for a, b in [(x, y), (y, x), (y, None)]:
         convolve_rows(a, b)
         assert taken[-1] is False
     x[0, 130:] = 0.0                                    # 30 columns
     convolve_rows(x, y)
     assert taken[-1] is True
+    monkeypatch.setattr(conv, "_DIRECT_MOST_TERMS", 29)
+    convolve_rows(x, y)
+    assert taken[-1] is False
+    monkeypatch.setattr(conv, "_DIRECT_MOST_TERMS", 30)
     for bad in (-1e-300, 2.0 ** -466, 2.0 ** 481):
         w = x.copy()
         w[0, 101] = bad
@@ -446,13 +475,53 @@ def test_the_direct_sum_declines_what_it_cannot_certify(monkeypatch, rng):
         assert taken[-1] is False
 
 
+def test_the_cost_model_prefers_narrow_and_small_products():
+    """``direct_is_cheaper``: a narrow bulk times a wide row and a small grid are summed
+    directly, two wide rows of a long grid are not, and neither is an empty operand."""
+    import pb_accountant.convolution as conv
+    assert conv.direct_is_cheaper(2, 40000, 200, 40000)
+    assert conv.direct_is_cheaper(2, 300, 300, 300)
+    assert not conv.direct_is_cheaper(2, 20000, 20000, 20000)
+    assert not conv.direct_is_cheaper(2, 300, 0, 300)
+    assert not conv.direct_is_cheaper(1, 10 ** 6, conv._DIRECT_MOST_TERMS + 1, 10 ** 6)
+    # more terms never make the direct sum cheaper
+    picks = [conv.direct_is_cheaper(2, 40000, k, 40000) for k in (10, 100, 1000, 10000)]
+    assert picks == sorted(picks, reverse=True)
+
+
+def test_direct_sums_give_the_same_bits_alone_batched_and_moved(rng):
+    """Each row is summed alone by numpy's convolve (one thread: dot products of at most
+    _DIRECT_MOST_TERMS terms): a row's product does not depend on the rows batched with
+    it nor on where its operands lie in memory."""
+    import pb_accountant.convolution as conv
+    m = 3000
+    x = np.zeros((3, m))
+    x[:, 40:240] = rng.random((3, 200)) * np.exp(-rng.random((3, 200)) * 40)
+    y = rng.random((3, m)) * np.exp(-rng.random((3, m)) * 40)
+    whole = conv._direct(x, y)
+    assert whole is not None
+    for r in range(3):
+        for shift in range(4):
+            bx = np.zeros((1, m + shift))
+            bx[0, shift:] = x[r]
+            alone = conv._direct(bx[:, shift:], y[r:r + 1].copy())
+            assert np.array_equal(alone.values[0], whole.values[r])
+            assert alone.relative[0] == whole.relative[r]
+
+
+def test_products_of_zero_rows_are_exact_zeros():
+    z, err, rel = convolve_rows(np.zeros((2, 50)), np.ones((2, 50)))
+    assert np.all(z == 0.0) and np.all(err == 0.0) and np.all(rel == 0.0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(m=st.integers(1, 24), rows=st.integers(1, 3), same=st.booleans(),
        data=st.data())
 def test_direct_sums_of_random_rows_are_certified(m, rows, same, data):
     """Random non-negative rows of up to 24 columns (always summed directly), entries
     from 2^-465 to 2^480 (the ends included) and zeros: every entry of the product holds
-    against exact rational arithmetic within the relative bound alone."""
+    against exact rational arithmetic within the relative bound alone, gamma of the
+    shorter operand's span."""
     import pb_accountant.convolution as conv
     entry = st.one_of(st.just(0.0), st.floats(2.0 ** -465, 2.0 ** 480),
                       st.sampled_from([2.0 ** -465, 2.0 ** 480]), st.floats(1e-20, 1.0))
@@ -463,8 +532,9 @@ def test_direct_sums_of_random_rows_are_certified(m, rows, same, data):
                                                       min_size=rows, max_size=rows)))
     # (no sum of up to 24 products of these overflows: each is below 2^960)
     assert conv._direct(x, y) is not None
-    z, err = convolve_rows(x, y)
+    z, err, rel = convolve_rows(x, y)
     assert np.all(err == 0.0)
+    assert np.all(rel <= conv.direct_relative_error(m))
     for r in range(rows):
         exact = exact_convolution(x[r], x[r] if same else y[r])
-        assert beyond_relative(z[r], exact) == 0
+        assert beyond_relative(z[r], exact, rel[r]) == 0

@@ -530,3 +530,14 @@ def test_engine_limits_give_noted_trivial_answers_in_every_query():
     assert tb.tpr_lower[0] == pytest.approx(0.01) and tb.tpr_upper[0] == 1.0
     with pytest.raises(ValueError, match="fpr"):          # user errors still raise first
         acc.get_tradeoff_bounds([2.0])
+
+
+def test_delta_one_lower_bound_is_zero_even_after_a_non_private_event():
+    """At delta = 1 every composition has epsilon 0 (delta(0) is a total variation
+    distance): the lower bound was inf after a NonPrivateDpEvent (an independent
+    review's finding), which no mechanism can have.  The upper bound stays inf, as
+    dp_accounting's contract asks of get_epsilon."""
+    acc = PrivacyBucketsDpAccountant(AR).compose(de.NonPrivateDpEvent())
+    bounds = acc.get_epsilon_bounds(1.0)
+    assert bounds.lower == 0.0 and bounds.upper == math.inf
+    assert acc.get_epsilon_bounds(0.5).lower == math.inf

@@ -346,3 +346,57 @@ def test_options_without_a_grid_are_refused_at_construction(options, pattern):
     bucket counts whose rows would not fit in memory."""
     with pytest.raises(ValueError, match=pattern):
         PrivacyBucketsAccountant(**options)
+
+
+# ------------------------------------------- an independent review's findings (s48)
+def test_opacus_get_noise_multiplier_checks_epochs_and_sample_rate_first():
+    """epochs / sample_rate was formed before any check: 0, inf, NaN and strings raised
+    ZeroDivisionError, OverflowError, a ValueError naming nothing or a TypeError."""
+    pytest.importorskip("opacus")
+    import pb_accountant  # noqa: F401
+    from opacus.accountants import utils
+
+    for kwargs, name in [(dict(sample_rate=0.0, epochs=1), "sample_rate"),
+                         (dict(sample_rate="0.01", epochs=1), "sample_rate"),
+                         (dict(sample_rate=-0.01, epochs=1), "sample_rate"),
+                         (dict(sample_rate=0.01, epochs=float("inf")), "epochs"),
+                         (dict(sample_rate=0.01, epochs=float("nan")), "epochs"),
+                         (dict(sample_rate=0.01, epochs=-1), "epochs")]:
+        with pytest.raises(ValueError, match=name):
+            utils.get_noise_multiplier(target_epsilon=1.0, target_delta=1e-5,
+                                       accountant="pb", **kwargs)
+
+
+def test_calibration_names_the_steps_it_was_given():
+    """steps beyond the accountant's limit: the message names ``steps`` and its range
+    (it named the internal ``num_steps``)."""
+    from pb_accountant.calibration import find_noise_multiplier
+    with pytest.raises(ValueError, match=r"^steps must be an integer >= 1 and <= "):
+        find_noise_multiplier(1.0, 1e-5, 0.01, steps=10 ** 16)
+
+
+def test_whole_float_and_numpy_options_are_stored_as_python_numbers():
+    """number_of_buckets=1000.0 passed the constructor and failed at every query; numpy
+    scalars kept the state_dict out of json.dumps."""
+    for n in (1000.0, np.int64(1000)):
+        acc = PrivacyBucketsAccountant(number_of_buckets=n, max_buckets=np.int64(4094),
+                                       resolution=np.float32(0.015))
+        acc.history = [(1.0, 0.01, 10)]
+        assert type(acc.options.number_of_buckets) is int and acc.options.number_of_buckets == 1000
+        assert math.isfinite(acc.get_epsilon(1e-5))
+        state = json.loads(json.dumps(acc.state_dict()["options"]))
+        assert state["number_of_buckets"] == 1000 and type(state["max_buckets"]) is int
+    with pytest.raises(ValueError, match="number_of_buckets"):
+        PrivacyBucketsAccountant(number_of_buckets=1000.5)
+
+
+def test_trivial_delta_bounds_say_why():
+    """A delta query whose upper bound is the trivial 1 carries the reason in ``notes``
+    (10^15 steps at sigma 10^9: the certified round-off is beyond 1), as epsilon
+    queries did; an informative one carries none."""
+    pb = compose([(SubsampledGaussian(1e9, 1.0), 10 ** 15)], delta=1e-10)
+    db = pb.delta_bounds(np.array([0.0, 1.0]))
+    assert np.all(db.upper == 1.0)
+    assert any("trivial delta 1 at 2 of the 2 epsilons" in n for n in db.notes), db.notes
+    fine = compose([(SubsampledGaussian(1.0, 0.01), 100)], delta=1e-10).delta_bounds(1.0)
+    assert fine.upper < 1e-3 and fine.notes == ()
