@@ -148,16 +148,22 @@ def fitted(n_settings: int, seed: int, most_seconds: float):
         rec.append((rows, m, hx - lx, hy - ly, td, tt))
     r = np.array(rec, dtype=float)
     rows, m, sx, sy, td, tt = r.T
-    terms, entries = np.minimum(sx, sy), sx + sy - 1
+    # the direct sum's shape (``direct_is_cheaper``): blocks of the shorter span, each
+    # a convolve of at most _DIRECT_BLOCK columns against the longer one
+    terms = np.minimum(sx, sy)
+    blocks = np.ceil(terms / conv._DIRECT_BLOCK)
+    per_block = np.minimum(terms, conv._DIRECT_BLOCK)
+    entries = blocks * (np.maximum(sx, sy) + per_block - 1)
     n_fft = np.array([conv.fft_length(int(v)) for v in m], dtype=float)
-    a = np.vstack([np.ones_like(td), rows, rows * entries, rows * entries * terms]).T
+    a = np.vstack([np.ones_like(td), rows * blocks, rows * entries,
+                   rows * entries * per_block]).T
     cd = np.linalg.lstsq(a / td[:, None], np.ones_like(td), rcond=None)[0]
     b = np.vstack([np.ones_like(tt), rows, rows * n_fft * np.log2(n_fft)]).T
     ct = np.linalg.lstsq(b / tt[:, None], np.ones_like(tt), rcond=None)[0]
     print(f"2. {len(rec)} certifiable calls of {n_settings} settings (seed {seed}), "
           "least squares on relative error, ns:")
-    print(f"   direct:    {cd[0] * 1e9:9.0f} per call + {cd[1] * 1e9:9.0f} per row "
-          f"+ {cd[2] * 1e9:.2f} per entry + {cd[3] * 1e9:.4f} per term")
+    print(f"   direct:    {cd[0] * 1e9:9.0f} per call + {cd[1] * 1e9:9.0f} per block of a "
+          f"row + {cd[2] * 1e9:.2f} per entry + {cd[3] * 1e9:.4f} per term")
     print(f"   transform: {ct[0] * 1e9:9.0f} per call + {ct[1] * 1e9:9.0f} per row "
           f"+ {ct[2] * 1e9:.3f} per N log2 N")
     rule = np.array([conv.direct_is_cheaper(*map(int, v)) for v in r[:, :4]])

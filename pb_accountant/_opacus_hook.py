@@ -160,11 +160,16 @@ def _wrap_get_noise_multiplier() -> None:
         if steps is None:
             # checked here, before the division (0, inf, NaN and strings would raise
             # ZeroDivisionError, OverflowError or a ValueError naming no parameter)
-            from ._validation import check_real
+            from ._validation import MAX_STEPS, check_real
             sample_rate = check_real("sample_rate", sample_rate, low=0.0, high=1.0,
                                      low_open=True)
             epochs = check_real("epochs", epochs, low=0.0, low_open=True)
-            steps = int(epochs / sample_rate)
+            total = epochs / sample_rate
+            if not 1.0 <= total <= MAX_STEPS:
+                raise ValueError(f"epochs / sample_rate must give 1 to {MAX_STEPS} steps, "
+                                 f"got epochs={epochs!r} / sample_rate={sample_rate!r} = "
+                                 f"{total!r}")
+            steps = int(total)
         return calibrated_noise_multiplier(
             target_epsilon=target_epsilon, target_delta=target_delta,
             sample_rate=sample_rate, steps=steps, epsilon_tolerance=epsilon_tolerance,

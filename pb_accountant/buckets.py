@@ -60,9 +60,12 @@ def summable_spacing(log_factor: float) -> float:
     them, exactly: the scales the grouped rows carry (C = B e^label) and the losses the
     split pair's bound reads stay those of the events composed, with no rounding that
     grows with |loss|.  Adaptive spacings (``SPACING_BASES`` times powers of two) have at
-    most two significant bits; a fixed ``factor`` moves by at most 2^-20 of log f."""
+    most two significant bits; a fixed ``factor``'s log f moves down by less than 2^-19
+    of itself (``GridInfo.factor`` reports the grid's)."""
     m, e = math.frexp(float(log_factor))
-    return math.ldexp(round(m * 2.0 ** SPACING_BITS), e - SPACING_BITS)
+    # rounded down: the spacing never exceeds the one asked for, so a factor that
+    # BucketOptions lets reach MAX_LOSS_RANGE still does
+    return math.ldexp(math.floor(m * 2.0 ** SPACING_BITS), e - SPACING_BITS)
 
 
 @dataclass(frozen=True)
@@ -443,12 +446,12 @@ def _split_leaf_rows(t, d: float, widths, a, b, ea, eb, shift=None):
     ea_i = ea[1:-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ra = ea_i / ai                             # ea / a where a > 0, else 0
+        ra *= 1 + 1e-9
     # a bucket whose error bound is beyond ea / a's range (a tiny mass far out, as at
     # per-step epsilons near 900) is placed as an empty one is: its whole bound at both
     # points it may reach (ra a * share <= ea there); inf * 0 would otherwise be NaN
     held = (ai > 0) & np.isfinite(ra)
     np.copyto(ra, 0.0, where=~held)
-    ra *= 1 + 1e-9
     # (expm1 of the shifts once, read at both ends of each bucket)
     grow = np.expm1(sh)
     slack = (((ea_i * f + eb[1:-1] * et) + 8.0 * _U * (ai * f + ci)) / fm1

@@ -200,22 +200,28 @@ def _coarse(rows, magnitude: bool = False) -> bool:
     return bool(np.min(a, where=a > 0.0, initial=np.inf) >= _COARSE)
 
 
-#: the direct sum's cost model, in nanoseconds on 2 cores: numpy's convolve of a row
-#: takes about _DIRECT_NS[1] plus, per entry of the product, _DIRECT_NS[2] and
-#: _DIRECT_NS[3] per term of its dot product (at most the shorter span); the transform
-#: about _TRANSFORM_NS[1] per row plus _TRANSFORM_NS[2] N log2 N per row of length N;
-#: [0] is each one's cost per call.  Fitted (``benchmarks/bench_direct.py --settings``)
-#: to both paths' times on every product of random-suite settings,
-#: benchmarks/results/bench_direct.txt.  A product is summed directly only where that
-#: is predicted to cost less: a narrow bulk times a wide tail (a two-scale fold's
-#: B R'), or a small grid.
-_DIRECT_NS = (10e3, 21e3, 8.2, 0.068)
-_TRANSFORM_NS = (59e3, 118e3, 3.8)
-#: the longest dot product a direct sum may take: numpy's convolve sums each entry with
-#: the BLAS dot product, which OpenBLAS computes on one thread up to 10,000 terms (a
-#: threaded dot's order of summation would depend on the thread count, and so would
-#: the bits)
+#: the direct sum's cost model, in nanoseconds on 2 cores: _DIRECT_NS[0] per call,
+#: [1] per block of a row (``_DIRECT_BLOCK``), [2] per entry of the blocks' products and
+#: [3] per entry and term of its dot product; the transform _TRANSFORM_NS[0] per call,
+#: [1] per row and [2] N log2 N per row of length N.  Fitted
+#: (``benchmarks/bench_direct.py --settings``) to both paths' times on every product
+#: of random-suite settings, benchmarks/results/bench_direct.txt.  A product is summed
+#: directly only where that is predicted to cost less: a narrow bulk times a wide tail
+#: (a two-scale fold's B R'), or a small grid.
+_DIRECT_NS = (51e3, 3.8e3, 3.6, 0.35)
+_TRANSFORM_NS = (60e3, 120e3, 3.8)
+#: the most columns of the shorter operand a direct sum may take
 _DIRECT_MOST_TERMS = 8192
+#: the shorter operand is summed in blocks of this many columns, one numpy convolve per
+#: block (each entry a BLAS dot product of at most this many terms: OpenBLAS computes
+#: dots of up to 10,000 terms on one thread, so the order of summation does not depend
+#: on the thread count), the blocks' products then added pairwise: every entry carries
+#: gamma_{B + ceil(log2 blocks)} <= gamma_40 < CONVOLUTION_RELATIVE_ERROR (48u), never
+#: more than the transform.  A relative error c of one product grows to about T c over
+#: the squarings of T steps: one dot product of k terms (gamma_k, 9.1e-13 at k = 8,192)
+#: made 10^10 steps' brackets 2.4 times wider and lost 10^13 steps' lower bound (an
+#: independent review); blocks of 256 (gamma_261) still held 5.5 times the transform's.
+_DIRECT_BLOCK = 32
 #: the operands' non-zero entries must lie in [2^-465, 2^480]: every product of two is
 #: then a normal float in [2^-930, 2^960] and every sum of up to _DIRECT_MOST_TERMS of
 #: them stays below 2^974 (no underflow, whose error is absolute, no entry below the
@@ -224,12 +230,16 @@ _DIRECT_RANGE = (2.0 ** -465, 2.0 ** 480)
 
 
 def direct_relative_error(terms: int) -> float:
-    """gamma_k = k u / (1 - k u): the relative round-off of a sum of k non-negative
-    products computed in any order (Higham, Accuracy and Stability of Numerical
-    Algorithms, 2nd ed., eq. 3.5): each term passes through one product and at most
-    k - 1 additions, every rounding relative, no term of the other sign to cancel."""
+    """gamma_d = d u / (1 - d u), the relative round-off of ``_direct``'s sums of
+    ``terms`` non-negative products: d = min(terms, _DIRECT_BLOCK) + ceil(log2 blocks).
+    Within a block each term passes through one product and at most d_b - 1 additions
+    in any order (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq.
+    3.5), then through one addition per level of the blocks' pairwise sum; every
+    rounding is relative, and no term of the other sign cancels."""
     k = max(int(terms), 1)
-    return k * UNIT_ROUNDOFF / (1.0 - k * UNIT_ROUNDOFF)
+    blocks = -(-k // _DIRECT_BLOCK)
+    d = min(k, _DIRECT_BLOCK) + (blocks - 1).bit_length()
+    return d * UNIT_ROUNDOFF / (1.0 - d * UNIT_ROUNDOFF)
 
 
 def _span(rows) -> Tuple[int, int]:
@@ -253,25 +263,29 @@ def direct_is_cheaper(rows: int, m: int, span_x: int, span_y: int) -> bool:
     terms = min(span_x, span_y)
     if terms == 0 or terms > _DIRECT_MOST_TERMS:
         return False
-    entries = span_x + span_y - 1
+    blocks = -(-terms // _DIRECT_BLOCK)
+    per_block = min(terms, _DIRECT_BLOCK)
+    entries = blocks * (max(span_x, span_y) + per_block - 1)
     n_fft = fft_length(m)
-    direct = _DIRECT_NS[0] + rows * (_DIRECT_NS[1] + entries * (_DIRECT_NS[2]
-                                                                + _DIRECT_NS[3] * terms))
+    direct = _DIRECT_NS[0] + rows * (blocks * _DIRECT_NS[1] + entries * (
+        _DIRECT_NS[2] + _DIRECT_NS[3] * per_block))
     transform = _TRANSFORM_NS[0] + rows * (_TRANSFORM_NS[1]
                                            + _TRANSFORM_NS[2] * n_fft * math.log2(n_fft))
     return direct < transform
 
 
 def _direct(x: np.ndarray, y: Optional[np.ndarray]):
-    """``convolve_rows`` summed directly where that is cheaper (``direct_is_cheaper``)
-    and both operands are non-negative within _DIRECT_RANGE; else None.
+    """``convolve_rows`` summed directly where that is predicted cheaper
+    (``direct_is_cheaper``) and both operands are non-negative within _DIRECT_RANGE;
+    else None.
 
     Each row's product is numpy's convolve of the operands' spans (the columns holding
-    their non-zero entries): every entry a dot product of at most k = min(span) terms,
-    non-negative and normal, so it carries at most ``direct_relative_error(k)`` of its
-    exact value and no absolute error (every entry is 0, no term, or at least 2^-930,
-    above the _TINY the transform's path flushes).  Each row is summed alone, so the
-    bits do not depend on the other rows."""
+    their non-zero entries), in blocks of _DIRECT_BLOCK columns of the shorter one
+    (k columns) added pairwise: every term non-negative and normal, so each entry
+    carries at most ``direct_relative_error(k)`` of its exact value and no absolute
+    error (every entry is 0, no term, or at least 2^-930, above the _TINY the
+    transform's path flushes).  Each row is summed alone, so the bits do not depend on
+    the other rows."""
     rows, m = x.shape
     if m == 0 or rows == 0:
         return None
@@ -288,9 +302,24 @@ def _direct(x: np.ndarray, y: Optional[np.ndarray]):
         return None
     z = np.zeros((rows, 2 * m - 1))
     out = z[:, lx + ly:hx + hy - 1]
+    short, wide = (xs, ys) if xs.shape[1] <= ys.shape[1] else (ys, xs)
+    k = short.shape[1]
     for r in range(rows):
-        out[r] = np.convolve(xs[r], ys[r])
-    relative = np.full(rows, direct_relative_error(min(hx - lx, hy - ly)))
+        # (offset into the product, block product), merged pairwise in a fixed order
+        parts = [(start, np.convolve(short[r, start:start + _DIRECT_BLOCK], wide[r]))
+                 for start in range(0, k, _DIRECT_BLOCK)]
+        while len(parts) > 1:
+            merged = []
+            for (a0, a), (b0, b) in zip(parts[::2], parts[1::2]):
+                c = np.zeros(max(a0 + len(a), b0 + len(b)) - a0)
+                c[:len(a)] = a
+                c[b0 - a0:b0 - a0 + len(b)] += b
+                merged.append((a0, c))
+            if len(parts) % 2:
+                merged.append(parts[-1])
+            parts = merged
+        out[r] = parts[0][1]
+    relative = np.full(rows, direct_relative_error(k))
     return RowProduct(z, np.zeros(rows), relative)
 
 

@@ -2,8 +2,8 @@
 
 ``convolve_rows`` certifies |z_k - (x*y)_k| <= relative (x*y)_k plus an absolute part of
 l1 norm <= err (docs/floating-point.md; relative is CONVOLUTION_RELATIVE_ERROR through the
-transform, gamma_k for a direct sum of k-term dot products); ``beyond_relative`` measures
-that absolute part exactly.
+transform, gamma_d for a direct sum, d = min(k, 32) + ceil(log2 blocks));
+``beyond_relative`` measures that absolute part exactly.
 """
 from fractions import Fraction
 
@@ -410,9 +410,12 @@ def _direct_spy(monkeypatch):
                                     (16000, 400), (40000, 700)])
 def test_narrow_bulk_times_long_tail_is_summed_directly_and_certified(monkeypatch, m, taps):
     """A two-scale fold's B R': a bulk spanning ``taps`` columns times a leaf-like tail,
-    both orders and the bulk squared, is summed directly and holds against exact integer
-    arithmetic: within gamma_taps of every exact entry, with no absolute part."""
+    both orders and the bulk squared, summed directly (forced where the cost model would
+    take the transform), holds against exact integer
+    arithmetic: within ``direct_relative_error(taps)`` of every exact entry (blocks of
+    32 columns added pairwise), with no absolute part."""
     import pb_accountant.convolution as conv
+    monkeypatch.setattr(conv, "direct_is_cheaper", lambda *args: True)   # (400, 700: forced)
     taken = _direct_spy(monkeypatch)
     k = np.arange(taps)
     bulk = np.zeros(m)
@@ -429,19 +432,19 @@ def test_narrow_bulk_times_long_tail_is_summed_directly_and_certified(monkeypatc
 
 @pytest.mark.parametrize("m", [700, 1500])
 def test_small_grids_summed_directly_are_certified(monkeypatch, m):
-    """Dense rows of a small grid, a leaf-like tail down to 1e-34 (dot products of up to
-    m terms): summed directly when that is cheaper, within gamma_m of every exact entry
-    (exact integer arithmetic), no absolute part, and far tighter than 48u plus the
-    transform's absolute bound on the tail."""
+    """Dense rows of a small grid, a leaf-like tail down to 1e-34 (22 and 47 blocks of 32
+    columns), summed directly (forced: the cost model may prefer the transform here),
+    within ``direct_relative_error(m)`` of every exact entry (exact integer arithmetic),
+    with no absolute part."""
     import pb_accountant.convolution as conv
+    monkeypatch.setattr(conv, "direct_is_cheaper", lambda *args: True)
     taken = _direct_spy(monkeypatch)
     x = leaf_like(m, 1e-5)
     y = leaf_like(m, 1e-3)[::-1].copy()
     for rows_y, other in ((None, x), (y[None, :], y)):
         z, err, rel = convolve_rows(x[None, :], rows_y, 0.0)
-        assert taken[-1] is conv.direct_is_cheaper(1, m, m, m)
-        if taken[-1]:
-            assert err[0] == 0.0 and rel[0] == conv.direct_relative_error(m)
+        assert taken[-1]
+        assert err[0] == 0.0 and rel[0] == conv.direct_relative_error(m)
         assert exact_excess(z[0], x, other, rel[0]) <= Fraction(float(err[0]))
 
 
@@ -475,13 +478,27 @@ def test_the_direct_sum_declines_what_it_cannot_certify(monkeypatch, rng):
         assert taken[-1] is False
 
 
+def test_the_blocks_keep_the_relative_bound_small():
+    """gamma_d with d = min(k, 32) + ceil(log2 blocks): 40u at the most columns, below
+    the transform's 48u, where one dot product of 8,192 terms would carry gamma_8192 (a
+    relative error that T squarings multiply by about T)."""
+    import pb_accountant.convolution as conv
+    u = 2.0 ** -53
+    for k, d in [(1, 1), (32, 32), (33, 33), (64, 33), (65, 34), (8192, 40)]:
+        assert conv.direct_relative_error(k) == d * u / (1 - d * u)
+    for k in range(1, conv._DIRECT_MOST_TERMS + 1, 37):
+        assert conv.direct_relative_error(k) < conv.CONVOLUTION_RELATIVE_ERROR
+
+
 def test_the_cost_model_prefers_narrow_and_small_products():
     """``direct_is_cheaper``: a narrow bulk times a wide row and a small grid are summed
     directly, two wide rows of a long grid are not, and neither is an empty operand."""
     import pb_accountant.convolution as conv
     assert conv.direct_is_cheaper(2, 40000, 200, 40000)
+    assert conv.direct_is_cheaper(2, 38000, 31, 38000)
     assert conv.direct_is_cheaper(2, 300, 300, 300)
     assert not conv.direct_is_cheaper(2, 20000, 20000, 20000)
+    assert not conv.direct_is_cheaper(2, 1000, 1000, 1000)
     assert not conv.direct_is_cheaper(2, 300, 0, 300)
     assert not conv.direct_is_cheaper(1, 10 ** 6, conv._DIRECT_MOST_TERMS + 1, 10 ** 6)
     # more terms never make the direct sum cheaper

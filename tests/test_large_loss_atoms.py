@@ -117,6 +117,17 @@ def test_random_far_atoms_are_bracketed(loss, mass, r, swapped):
     _check(a, b, r, eps)
 
 
+def test_a_factor_at_the_leaf_range_limit_still_answers():
+    """The spacing is rounded down: a factor BucketOptions lets reach MAX_LOSS_RANGE
+    exactly is not refused at the first query (rounded to nearest, it was: an
+    independent review's 202 buckets at factor 31.9875...)."""
+    from pb_accountant import PrivacyBucketsAccountant
+    acc = PrivacyBucketsAccountant(number_of_buckets=202, factor=31.987542644725693)
+    acc.history = [(1.0, 0.01, 10)]
+    bounds = acc.get_epsilon_bounds(1e-5)
+    assert 0 < bounds.lower <= bounds.upper < math.inf
+
+
 def test_fixed_factors_keep_labels_that_add_exactly():
     """A fixed ``factor`` is rounded to SPACING_BITS significant bits of log f, so every
     label (i + offset) log f is exact and a product's labels are its operands' sums;
@@ -125,7 +136,7 @@ def test_fixed_factors_keep_labels_that_add_exactly():
     rng = np.random.default_rng(5)
     for f in (1.001, 1.01, math.exp(1e-3), 1.37):
         d = summable_spacing(math.log(f))
-        assert abs(d / math.log(f) - 1) <= 2.0 ** -SPACING_BITS
+        assert 0 <= 1 - d / math.log(f) < 2.0 ** (1 - SPACING_BITS)     # rounded down
         for i in rng.integers(-2 ** 33, 2 ** 33, 200).tolist():
             assert Fraction(float(i) * d) == Fraction(i) * Fraction(d)
     _check((0.5, 0.5), (math.exp(-580.0) * 0.5, 1.0), 2, [1159.9, 1159.99999],

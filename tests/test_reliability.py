@@ -361,7 +361,9 @@ def test_opacus_get_noise_multiplier_checks_epochs_and_sample_rate_first():
                          (dict(sample_rate=-0.01, epochs=1), "sample_rate"),
                          (dict(sample_rate=0.01, epochs=float("inf")), "epochs"),
                          (dict(sample_rate=0.01, epochs=float("nan")), "epochs"),
-                         (dict(sample_rate=0.01, epochs=-1), "epochs")]:
+                         (dict(sample_rate=0.01, epochs=-1), "epochs"),
+                         (dict(sample_rate=1e-10, epochs=1e300), "epochs / sample_rate"),
+                         (dict(sample_rate=0.5, epochs=0.1), "epochs / sample_rate")]:
         with pytest.raises(ValueError, match=name):
             utils.get_noise_multiplier(target_epsilon=1.0, target_delta=1e-5,
                                        accountant="pb", **kwargs)
