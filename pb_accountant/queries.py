@@ -88,13 +88,15 @@ class ThresholdSum:
             starts = np.zeros(0, dtype=np.int64)
         ends = np.concatenate((starts[1:], [m])).astype(np.int64)
         shift = theta[starts] if m else np.zeros(1)
+        # each term's gap to its block's shift, s_b - u_i (the exponent of its weight)
+        gap = np.repeat(shift[: len(starts)], ends - starts) - u
         if not upper and m:
             # a B-weight r e^{s_b - u} whose factor e^{s_b - u} leaves the normal range
             # would lose its q-part to underflow, and on the lower side r may be huge
             # (up to 1e300), so that loss may be any size: such a term is dropped (delta
             # is at least the sum of max(p - e^eps q, 0) over any subset of the groups,
             # paper Theorem 2, so a lower bound stays one without it)
-            far = np.repeat(shift[: len(starts)], ends - starts) - u < LEAST_NORMAL_LOG
+            far = gap < LEAST_NORMAL_LOG
             if far.any():
                 p = np.where(far, 0.0, p)
                 r = np.where(far, 0.0, r)
@@ -119,9 +121,8 @@ class ThresholdSum:
         # the last threshold and is at least 0: at most |shift| + |theta|); together E,
         # a relative error of at most e^E - 1 in each e^eps q_i <= e^0.05 p_i
         if m:
-            gaps = np.abs(np.repeat(shift[: len(starts)], ends - starts) - u)
             reach = float(np.max(np.abs(theta))) + float(np.max(np.abs(shift)))
-            exponents = _U * (float(np.max(gaps)) + float(shift[-1] - shift[0]) + reach
+            exponents = _U * (float(np.max(np.abs(gap))) + float(shift[-1] - shift[0]) + reach
                               + _BLOCK_WIDTH + 1.0)
         else:
             exponents = 0.0
