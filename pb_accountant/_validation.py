@@ -93,11 +93,15 @@ def check_count(name: str, value, *, minimum: int = 0, maximum=None) -> int:
 def check_array(name, values, *, low=None, high=None, low_open=False, high_open=False,
                 allow_inf=False, allow_neg_inf=False, nonempty=True) -> np.ndarray:
     """A float array whose finite entries lie in the interval (no NaN; inf if allowed)."""
+    rng = _range_text(low, high, low_open, high_open, allow_inf)
     try:
         arr = np.asarray(values, dtype=float)
+    except OverflowError:
+        # (an integer beyond the floating-point range, such as 10**400)
+        raise ValueError(f"{name} must be an array of numbers in {rng} within the "
+                         f"floating-point range, got {values!r}") from None
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be an array of real numbers, got {values!r}") from None
-    rng = _range_text(low, high, low_open, high_open, allow_inf)
     if nonempty and arr.size == 0:
         raise ValueError(f"{name} must be a non-empty array of numbers in {rng}, got {values!r}")
     if np.isnan(arr).any():

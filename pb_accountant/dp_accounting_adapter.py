@@ -51,7 +51,8 @@ from ._validation import MAX_STEPS, _scalar, check_array, check_count, check_rea
 from .accountant import (ENGINE_LIMITS, PrivacyBucketsAccountant, engine_limit_reason,
                          step_pair)
 from .composition import canonical_history
-from .engine import PrivacyBuckets, adaptive_epsilon_bounds, compose_history, upper_only
+from .engine import (PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds,
+                     compose_history, upper_only)
 from .mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair
 from .results import DeltaBounds, EpsilonBounds
 from .subsampled_laplace import SubsampledLaplace
@@ -357,7 +358,11 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return self._tagged(_delta_result(eps, zero, zero, scalar, ()))
         infinite = np.isinf(eps)
         try:
-            db = self.engine().delta_bounds(np.where(infinite, _LARGE_EPSILON, eps))
+            # composed again for the answer's delta class where it is small, as the
+            # accountant's delta queries are (the same numbers)
+            db = adaptive_delta_bounds(self._pb._composer, self._history(),
+                                       np.where(infinite, _LARGE_EPSILON, eps),
+                                       ("split", "grouped"))
         except ENGINE_LIMITS as exc:
             reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
             warnings.warn(f"pb accountant could not certify delta: {reason}", RuntimeWarning,

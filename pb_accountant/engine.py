@@ -29,12 +29,40 @@ from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 DEFAULT_METHODS = ("split", "grouped")
 
 
-class PrivacyBuckets:
-    """Certified two-sided bounds for one composed sequence of mechanism pairs."""
+def history_loss_cap(history) -> float:
+    """The least double at or above max(sum of count * hi, sum of count * -lo) over the
+    pairs' ``loss_bounds`` (lo, hi) of a canonical ``history``: from this epsilon on
+    delta is 0 in both directions, where every pair's loss is bounded (pure DP); inf
+    where some pair's is not.  The sums are exact (fractions of the doubles)."""
+    from fractions import Fraction
+    ab = ba = Fraction(0)
+    for pair, count in history:
+        lo, hi = pair.loss_bounds()
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return math.inf
+        ab += count * Fraction(hi)
+        ba += count * Fraction(-lo)
+    total = max(ab, ba, Fraction(0))
+    cap = float(total)
+    if Fraction(cap) < total:
+        cap = math.nextafter(cap, math.inf)
+    return cap
 
-    def __init__(self, buckets: Optional[BucketSet], delta_target: Optional[float] = None):
+
+class PrivacyBuckets:
+    """Certified two-sided bounds for one composed sequence of mechanism pairs.
+
+    ``history``: the canonical history composed, if known: where every pair's loss is
+    bounded (``history_loss_cap``), the best bounds (no ``method`` named) take that
+    pure-DP bound besides the grid's: delta 0 from the history's largest total loss on,
+    and epsilon at most it.  The grid's upper bound rounds an atom at that loss up to
+    the next grid point and may fall short of small deltas on its round-off."""
+
+    def __init__(self, buckets: Optional[BucketSet], delta_target: Optional[float] = None,
+                 history=None):
         self.buckets = buckets
         self.delta_target = delta_target
+        self.loss_cap = math.inf if history is None else history_loss_cap(history)
         self._upper: Dict[str, list] = {}
         self._lower: Dict[str, list] = {}
         # (composition, direction or None for both): where the curves come from
@@ -140,6 +168,8 @@ class PrivacyBuckets:
         for name in names:
             curves = self.upper_curves(name)
             best = np.minimum(best, np.maximum.reduce([np.asarray(c(eps)) for c in curves]))
+        if method is None:
+            best = np.where(eps >= self.loss_cap, 0.0, best)
         return best
 
     def delta_lower(self, epsilon, method: Optional[str] = None) -> np.ndarray:
@@ -182,11 +212,13 @@ class PrivacyBuckets:
                 f"{float(where.max()):.6g}): "
                 + (f"the infinity atoms plus certified round-off carry {mass:.3g}"
                    if mass >= 0.01 else "the composed distributions barely overlap there"))
-        elif mass > 0.01 * float(np.min(up)):
+        elif (eps < self.loss_cap).any() and mass > 0.01 * float(np.min(up[eps < self.loss_cap])):
+            # (the grid's upper bounds: from the pure-DP bound on, delta is 0)
+            smallest = float(np.min(up[eps < self.loss_cap]))
             notes.append(
                 f"the infinity atoms (distinguishing events, mass beyond the grid) plus "
                 f"certified round-off carry {mass:.3g}, over 1% of the smallest upper bound "
-                f"({float(np.min(up)):.3g}); the upper bound counts them in full")
+                f"({smallest:.3g}); the upper bound counts them in full")
         return tuple(dict.fromkeys(notes))
 
     # -- epsilon ------------------------------------------------------------------------
@@ -194,6 +226,11 @@ class PrivacyBuckets:
         delta = check_delta(delta)
         if self.buckets is None:
             return 0.0
+        best = self._grid_epsilon_upper(delta, method)
+        return min(best, self.loss_cap) if method is None else best
+
+    def _grid_epsilon_upper(self, delta: float, method: Optional[str]) -> float:
+        """The smallest upper bound of the grid's methods (``method``, or all)."""
         names = self._method_names(self._upper, method, "upper")
         best = math.inf
         for name in names:
@@ -215,10 +252,19 @@ class PrivacyBuckets:
         delta = check_delta(delta)
         up_method = method if method in (None, "split", "paper") else None
         lo_method = method if method in (None, "grouped", "paper") else None
-        up = self.epsilon_upper(delta, up_method)
+        if up_method is None and self.buckets is not None:
+            grid_up = self._grid_epsilon_upper(delta, None)
+            up = min(grid_up, self.loss_cap)
+        else:
+            up = grid_up = self.epsilon_upper(delta, up_method)
         lo = min(self.epsilon_lower(delta, lo_method), up) if self._lower or self.buckets is None else 0.0
         notes = self.notes(delta)
-        if math.isinf(up):
+        if up < grid_up:
+            # the pure-DP bound decided: the grid's notes are about its own bound
+            notes = (f"the upper bound is the history's largest total privacy loss, "
+                     f"{up:.6g} (every pair's loss is bounded: pure DP); the grid's own "
+                     f"upper bound was {grid_up:.6g}",)
+        elif math.isinf(up):
             notes += ("no epsilon could be certified for this delta: the infinity mass plus "
                       f"certified round-off ({self.infinity_mass:.3g}) is not below delta",)
         elif lo == 0.0 and up > 1.0 and (self._lower or self.buckets is None):
@@ -264,7 +310,7 @@ def compose(sequence, *, delta: Optional[float] = None,
                             resolution, leaf_resolution)
     composer = composer or Composer(options)
     history = canonical_history(sequence)
-    return PrivacyBuckets(composer.compose(history, delta, methods), delta)
+    return PrivacyBuckets(composer.compose(history, delta, methods), delta, history)
 
 
 #: relative width (up - low) / up an epsilon query aims for: a wider bracket is computed
@@ -486,7 +532,7 @@ def _upper_bound(composer: Composer, history, delta: float,
                              symmetric).epsilon_bounds(delta)
     return PrivacyBuckets(composer.compose(history, delta, ("split",),
                                            leaves=("grouped-ab",)),
-                          delta).epsilon_bounds(delta)
+                          delta, history).epsilon_bounds(delta)
 
 
 def _refined_bounds(best: EpsilonBounds, finer: Composer, history, delta: float,
@@ -615,8 +661,12 @@ def _zero_lower_note(upper: float) -> str:
 
 def _best_of(bounds: EpsilonBounds, better: EpsilonBounds) -> EpsilonBounds:
     """The tighter of two certified brackets of the same query (``better``: the one on
-    the finer grid, whose grid and notes are reported; a note on a lower bound of 0
-    names the upper bound reported)."""
+    the finer grid, whose grid and notes are reported, unless it certified no finite
+    upper bound where ``bounds`` did: its notes then say why none could be certified,
+    which is not true of the answer, and ``bounds``' grid and notes are reported; a note
+    on a lower bound of 0 names the upper bound reported)."""
+    if math.isinf(better.upper) and math.isfinite(bounds.upper):
+        bounds, better = better, bounds
     up = min(bounds.upper, better.upper)
     low = min(max(bounds.lower, better.lower), up)
     notes = tuple(n for n in better.notes if not n.startswith(ZERO_LOWER_NOTE))
@@ -675,7 +725,8 @@ def _by_direction(composer: Composer, history, delta: Optional[float], methods,
     def one(direction):
         wanted = ("split",) + ((f"grouped-{direction}",)
                                if grouped or f"grouped-{direction}" in methods else ())
-        return PrivacyBuckets(composer.compose(history, delta, wanted, direction), delta)
+        return PrivacyBuckets(composer.compose(history, delta, wanted, direction), delta,
+                              history)
 
     return PrivacyBuckets.of_directions(one("ab"), None if symmetric else one("ba"))
 
@@ -691,7 +742,7 @@ def compose_history(composer: Composer, history, delta: Optional[float] = None,
             composer, history, delta,
             tuple(f"grouped-{d}" for d in grouped_directions(methods))):
         return _by_direction(composer, history, delta, methods)
-    return PrivacyBuckets(composer.compose(history, delta, methods), delta)
+    return PrivacyBuckets(composer.compose(history, delta, methods), delta, history)
 
 
 #: methods a composition per direction can give (the paper's buckets are composed jointly)
@@ -711,7 +762,8 @@ def _two_sided_bounds(composer: Composer, history, delta: float,
     if _directions_apart(composer, history, delta, ("grouped-ab",)):
         return _by_direction(composer, history, delta, ("split", "grouped"),
                              symmetric).epsilon_bounds(delta)
-    first = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ab")), delta)
+    first = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ab")), delta,
+                           history)
     if symmetric:
         return first.epsilon_bounds(delta)
     bounds = first.epsilon_bounds(delta)
@@ -720,7 +772,8 @@ def _two_sided_bounds(composer: Composer, history, delta: float,
     split_ba = first.upper_curves("split", "ba")
     if max(float(c(bounds.lower)) for c in split_ba) <= delta:
         return bounds
-    second = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ba")), delta)
+    second = PrivacyBuckets(composer.compose(history, delta, ("split", "grouped-ba")), delta,
+                            history)
     return first.with_lower_curves_of(second).epsilon_bounds(delta)
 
 

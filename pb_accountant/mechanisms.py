@@ -1228,6 +1228,14 @@ class MechanismPair:
         import dataclasses
         return dataclasses.replace(self, swapped=not self.swapped)
 
+    def loss_bounds(self) -> Tuple[float, float]:
+        """(lo, hi), certified, in this orientation: every outcome A can produce has a
+        privacy loss of at most hi, every outcome B can produce one of at least lo.  Then
+        delta of A||B is 0 from epsilon hi on and delta of B||A from -lo on: a history
+        of such pairs is pure DP (``engine.history_loss_cap``).  (-inf, inf) where the
+        loss is unbounded or no bound is derived (the default)."""
+        return -math.inf, math.inf
+
     def has_loss_atoms(self) -> bool:
         """True where some finite loss value has positive probability (randomized
         response, Laplace's capped loss): the grouped leaf then groups events around the
@@ -1675,6 +1683,46 @@ class Laplace(MechanismPair):
         rel = self.mass_relative_error
         return ma, mb, rel * ma + edge[:-1] + edge[1:], rel * mb + edge[:-1] + edge[1:]
 
+    def loss_bounds(self) -> Tuple[float, float]:
+        """-+eps0 (either orientation): the loss is -eps0 left of 0 and +eps0 right of
+        the sensitivity, linear between; eps0 = sensitivity / scale rounded up, from the
+        exact quotient.  Truncated, the supports differ (A reaches T + sensitivity, B
+        -T): losses of -+inf, unbounded."""
+        if self.truncation is not None:
+            return -math.inf, math.inf
+        from fractions import Fraction
+        e0 = Fraction(self.sensitivity) / Fraction(self.scale)
+        up = float(e0)
+        if Fraction(up) < e0:
+            up = math.nextafter(up, math.inf)
+        return -up, up
+
+    def _continuous_with_displacement(self, t):
+        """Masses of the x-intervals between the computed end points (exact event sets;
+        relative error only).  The loss (2x - s) / b, extended linearly beyond (0, s), is
+        2/b-Lipschitz, so an end point's round-off d moves its loss by at most 2d / b;
+        an end point clipped to 0 or s (its exact x(t) outside (0, s)) bounds a set whose
+        losses all lie on one side of t.  (``_continuous_with_error`` charges the mass
+        within d of each end point instead, at the densities' maximum 1 / (2b): at a loss
+        near -eps0 that is e^{eps0} times the A-mass there, and the split leaf passes it
+        on to the B row times e^{eps0}, which kept every delta below about
+        1e-13 e^{eps0} from an upper bound.)"""
+        s, b = self.sensitivity, self.scale
+        _, _, Z = self._bounds()
+        t = np.asarray(t, dtype=float)
+        raw = (b * t + s) / 2.0
+        d = 3.0 * _U * (b * np.abs(t) + s) / 2.0 * 1.01
+        inside = (raw > -d) & (raw < s + d)
+        x, dx = _monotone_end_points(np.concatenate(([0.0], np.clip(raw, 0.0, s), [s])),
+                                     np.concatenate(([0.0], np.where(inside, d, 0.0),
+                                                     [0.0])))
+        shift = dx[1:-1] * (2.0 / b) * 1.01
+        # open interval (0, s): the end atoms are counted in _atoms
+        ma, mb = self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+        rel = self.mass_relative_error
+        floor = 2.0 * UNDERFLOW_FLOOR
+        return ma, mb, rel * ma + floor, rel * mb + floor, shift
+
     def _loss_range(self, tail):
         return -self.epsilon0, self.epsilon0
 
@@ -1748,6 +1796,17 @@ class DiscretePair(MechanismPair):
         lb = np.log(np.where(finite, b, 1.0))
         return np.where(finite, (2.0 * _U * (np.abs(la) + np.abs(lb)) + _U * np.abs(la - lb))
                         * 1.01, 0.0)
+
+    def loss_bounds(self) -> Tuple[float, float]:
+        """The largest loss of an event A can produce (inf for a distinguishing event)
+        and the least of one B can produce, each widened by its round-off
+        (``_atom_loss_error``) and rounded outward; the probabilities are exact, so an
+        event of probability 0 is impossible."""
+        losses, a, b = self._atoms()
+        err = self._atom_loss_error(losses)
+        hi = float(np.max(np.nextafter(losses[a > 0] + err[a > 0], np.inf)))
+        lo = float(np.min(np.nextafter(losses[b > 0] - err[b > 0], -np.inf)))
+        return (-hi, -lo) if self.swapped else (lo, hi)
 
     def loss_spread(self, reach: float) -> float:
         return self.loss_probe(reach)[0]

@@ -353,6 +353,11 @@ class MaxOfBatches(DiscretePair):
 
     relative_error: float = 0.0
 
+    def loss_bounds(self):
+        """None derived: the stored masses are approximations (a mass stored as 0 may
+        not be 0), and the true pair's loss is unbounded."""
+        return -math.inf, math.inf
+
 
 @functools.lru_cache(maxsize=64)
 def max_of_batches_pair(batches: int, noise_multiplier: float, sensitivity: float) -> MaxOfBatches:

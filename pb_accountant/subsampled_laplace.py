@@ -20,7 +20,8 @@ import numpy as np
 
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_real, check_sample_rate
-from .mechanisms import (UNDERFLOW_FLOOR, MechanismPair, laplace_interval_mass,
+from .mechanisms import (UNDERFLOW_FLOOR, MechanismPair, _monotone_end_points,
+                         laplace_interval_mass,
                          laplace_relative_error)
 
 __all__ = ["SubsampledLaplace"]
@@ -221,6 +222,37 @@ class SubsampledLaplace(MechanismPair):
         m = np.minimum(2.0 * dx / (2.0 * scale) * 1.001, 1.0) + UNDERFLOW_FLOOR
         edge = m[:-1] + m[1:]
         return a, bm, rel * a + 4 * _U * a + edge, rel * bm + edge
+
+    def loss_bounds(self):
+        """L_- and L_+ (every outcome at or left of 0 has loss L_-, at or right of 1 L_+,
+        the loss increasing between), each widened by its round-off
+        (``_atom_loss_error``) and rounded outward."""
+        err = self._atom_loss_error([self.loss_low, self.loss_high])
+        lo = math.nextafter(self.loss_low - float(err[0]), -math.inf)
+        hi = math.nextafter(self.loss_high + float(err[1]), math.inf)
+        return (-hi, -lo) if self.swapped else (lo, hi)
+
+    def _continuous_with_displacement(self, t):
+        """Masses of the x-intervals between the computed end points (exact event sets;
+        relative error only).  The loss log(1 - q + q e^{(2x - 1)/b}), extended beyond
+        (0, 1) by the same formula, is 2/b-Lipschitz (its slope is 2/b times a weight in
+        (0, 1)), so an end point within dx of its exact x(t) (``_x_error``) has a loss
+        within 2 dx / b of t; clipping to [0, 1] only moves it closer.  (The mass within
+        dx of each end point, at the densities' maximum, was charged instead: e^{1/b}
+        times the A-mass near the least loss, which the split leaf passes on to the B
+        row.)"""
+        scale, q = self.noise_multiplier, self.sample_rate
+        x, dx = _monotone_end_points(
+            np.concatenate(([0.0], self._x_of_loss(t), [1.0])),
+            np.concatenate(([0.0], np.minimum(self._x_error(t), 1.0), [0.0])))
+        shift = dx[1:-1] * (2.0 / scale) * 1.01
+        # open interval (0, 1): the end atoms are counted in _atoms
+        bm = laplace_interval_mass(x[:-1], x[1:], 0.0, scale)
+        a1 = laplace_interval_mass(x[:-1], x[1:], 1.0, scale)
+        a = (1.0 - q) * bm + q * a1
+        rel = self.mass_relative_error
+        floor = 2.0 * UNDERFLOW_FLOOR
+        return a, bm, rel * a + 4 * _U * a + floor, rel * bm + floor, shift
 
     def _loss_range(self, tail):
         return self.loss_low, self.loss_high

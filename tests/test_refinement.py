@@ -2,7 +2,9 @@
 a wide bracket on the first grid is computed again with the leaf and final resolutions
 halved, the best of both kept, and every query of a history gets the same answer."""
 
+import dataclasses
 import math
+import warnings
 
 import pytest
 
@@ -691,3 +693,37 @@ def test_split_pair_first_brackets_the_closed_form_gaussian(sigma, steps, delta)
     exact = gaussian_epsilon(delta, math.sqrt(steps) / sigma)
     assert best.lower <= exact <= best.upper
     assert best.lower == first.lower and 0 < _width(best) <= TARGET_WIDTH
+
+
+def test_best_of_reports_the_pass_whose_upper_bound_it_keeps():
+    """A finer pass that certified no upper bound (its round-off or windows reached
+    delta) does not lend its notes to a bracket whose upper bound came from a coarser
+    pass: they would say no epsilon could be certified beside a finite one."""
+    from pb_accountant.engine import _best_of
+    from pb_accountant.results import GridInfo
+    coarse = EpsilonBounds(1e-5, 0.0, 7.0, "best", GridInfo(2.0, 100), ("coarse note",))
+    finer = EpsilonBounds(1e-5, 0.0, math.inf, "best", GridInfo(1.5, 200),
+                          ("no epsilon could be certified for this delta: ...",))
+    kept = _best_of(coarse, finer)
+    assert (kept.lower, kept.upper) == (0.0, 7.0)
+    assert kept.grid == coarse.grid
+    assert not any(n.startswith("no epsilon could be certified") for n in kept.notes)
+    assert "coarse note" in kept.notes
+    # the usual case: the finer pass's grid and notes
+    tighter = dataclasses.replace(finer, lower=6.5, upper=6.9, notes=("finer note",))
+    kept = _best_of(coarse, tighter)
+    assert (kept.lower, kept.upper, kept.grid, kept.notes) == (6.5, 6.9, finer.grid,
+                                                                ("finer note",))
+
+
+def test_a_finite_upper_bound_never_carries_the_no_epsilon_note():
+    """10^14 steps: the finer grids' round-off (which grows with the step count) passes
+    delta where the first grid's did not; the answer keeps the first grid's finite
+    upper bound, and its notes describe that grid."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(2.0, 0.01, 10 ** 14)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        b = acc.get_epsilon_bounds(1e-5)
+    assert math.isfinite(b.upper) and b.upper > 1e9
+    assert not any(n.startswith("no epsilon could be certified") for n in b.notes), b.notes

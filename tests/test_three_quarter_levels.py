@@ -14,6 +14,7 @@ from pb_accountant.composition import (THREE_QUARTER_LEVEL, BucketOptions, Compo
 from pb_accountant.engine import (COARSE_LEVEL, MAX_REFINEMENT, TARGET_WIDTH,
                                   _two_sided_bounds, compose_history, target_level)
 from pb_accountant.results import EpsilonBounds
+from pb_accountant.subsampled_laplace import SubsampledLaplace
 from conftest import gaussian_delta, gaussian_epsilon
 
 TQ = THREE_QUARTER_LEVEL
@@ -216,10 +217,12 @@ def test_spacing_base_is_the_engines_own():
 def test_histories_with_loss_atoms_refine_by_whole_halvings(monkeypatch):
     """A Laplace pair's atoms (losses at multiples of 1/b) lie on powers of two, not on
     3/4 of them: such a history's levels stay whole (on 3/4 of the spacing its bracket
-    was wider than level 0's)."""
+    was wider than level 0's).  (The history this was found on, 72 Laplace(0.25) and 146
+    Gaussian(30) steps at delta 1.3e-12, meets the target on level 0 since the Laplace
+    leaves take displaced borders; a Poisson-sampled Laplace history refines.)"""
     from pb_accountant import engine
-    history = [(Laplace(0.25), 72), (Gaussian(30.0), 146)]
-    delta = 1.325e-12
+    history = [(SubsampledLaplace(0.5, 0.05), 10000)]
+    delta = 1e-15
     first = _two_sided_bounds(Composer(), history, delta, False)
     assert first.width > TARGET_WIDTH
     seen = []
