@@ -85,7 +85,12 @@ def number(name: str, text, *, low=None, high=None, low_open=False, high_open=Fa
            fraction: bool = False) -> float:
     """``text`` as a finite float in the stated interval, else UserError naming ``name``."""
     if fraction:
-        x = float(_fraction(name, text))
+        exact = _fraction(name, text)
+        try:
+            x = float(exact)
+        except OverflowError:
+            # beyond the floating-point range (1e400): the range check names it
+            x = math.inf if exact > 0 else -math.inf
     else:
         try:
             x = float(str(text).strip())
@@ -112,6 +117,9 @@ def integer(name: str, text, minimum: int = 0, maximum: Optional[int] = None) ->
     except (ValueError, ZeroDivisionError):
         raise UserError(f"{name} must be an integer, got {raw!r}") from None
     if value.denominator != 1:
+        if float(value).is_integer():
+            # (1e-400 rounds to 0: not an integer all the same)
+            raise UserError(f"{name} must be an integer, got {raw!r}")
         value = float(value)                    # check_count says what an integer is
     else:
         value = int(value)
@@ -148,7 +156,8 @@ def sample_rate(args, required: bool = True) -> Tuple[Optional[Fraction], List[s
                             "with --dataset-size")
         return None, notes
     q = _fraction("--sample-rate", args.sample_rate)
-    number("--sample-rate", float(q), low=0.0, high=1.0, low_open=True)
+    number("--sample-rate", args.sample_rate, low=0.0, high=1.0, low_open=True,
+           fraction=True)
     return q, notes
 
 
@@ -682,7 +691,10 @@ def curve(args) -> Tuple[Data, Any]:
         else:
             top = pb.epsilon_bounds(grid_delta).upper if pb is not None else math.inf
         eps_max = 1.0 if (not math.isfinite(top) or top <= 0) else top
-    epsilons = np.linspace(0.0, eps_max, num)
+    # the epsilons as printed (6 significant digits): each row's delta bounds are those
+    # of the epsilon shown, not of a neighbour it was rounded from (delta falls with
+    # epsilon, so a rounded epsilon would leave one of the two bounds unproven)
+    epsilons = np.array([float(render.g(float(e))) for e in np.linspace(0.0, eps_max, num)])
     if sampled is not None:
         with busy(args, "composing"):
             db = sampled.get_delta_bounds(epsilons)

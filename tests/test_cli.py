@@ -697,3 +697,34 @@ def test_curve_outputs_follow_links_keep_modes_and_never_replace_special_files(
                            "--steps", 60, "--csv", "fifo.csv", "--num", 3)
     assert status == 2 and "not a regular file" in err
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("epsilon", "--sigma", "1", "--sample-rate", "1e400", "--steps", "10", "--delta", DELTA),
+     "--sample-rate must be"),
+    (("epsilon", "--sigma", "1", "--sample-rate", "0.01", "--steps", "10", "--delta",
+      "1e400"), "--delta must be"),
+    (("epsilon", "--segment", "1.0,1e400,10", "--delta", DELTA), "--segment sample rate"),
+    (("risk", "--sigma", "1", "--sample-rate", "0.01", "--steps", "10", "--fpr", "1e400"),
+     "--fpr must be"),
+    (("epsilon", "--sigma", "1", "--sample-rate", "0.01", "--steps", "1e-400", "--delta",
+      DELTA), "--steps must be an integer"),
+])
+def test_numbers_beyond_the_float_range_are_user_errors(capsys, argv, needle):
+    """1e400 overflowed float(Fraction) into an internal error (exit 1), and --steps
+    1e-400 rounded to 0 steps: each is a user error naming the option (exit 2)."""
+    status, out, err = cli(capsys, *argv)
+    assert status == 2 and out == "" and needle in err, err
+
+
+def test_curve_rows_bound_delta_at_the_epsilon_they_print(capsys):
+    """Each printed epsilon is the one its delta bounds were computed at: the curve's
+    epsilons are rounded to the 6 digits shown before the query (a row rounded after it
+    paired its delta bounds with a neighbouring epsilon, leaving one of them unproven)."""
+    argv = ("curve", "--sigma", 1.0, "--sample-rate", 0.05, "--steps", 60, "--num", 7)
+    data = cli_json(capsys, *argv)
+    eps = [row["epsilon"] for row in data["curve"]]
+    assert all(float(f"{e:.6g}") == e for e in eps) and eps[-1] > 0
+    status, out, _ = cli(capsys, *argv)
+    printed = [float(l.split()[0]) for l in out.splitlines() if l.strip()[:1].isdigit()]
+    assert printed[-7:] == eps
