@@ -183,6 +183,8 @@ class BudgetMonitor:
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a privacy-budget callback state ({STATE_FORMAT!r}): {state!r}")
         tracker = state.get("tracker") or {}
+        if not isinstance(tracker, dict):
+            raise ValueError(f"state['tracker'] must be a dict or None, got {tracker!r}")
         epoch = check_count("state['tracker']['epoch']", tracker.get("epoch", 0))
         seen = check_count("state['tracker']['steps_seen']", tracker.get("steps_seen", 0))
         guard = state.get("guard")
@@ -204,12 +206,22 @@ class BudgetMonitor:
         """Refuse to resume at ``global_step`` > 0 with an accountant that has spent nothing.
 
         Raises :class:`BudgetStateError` when no budget state was restored and the
-        accountant is empty (it would silently start from zero); warns when no state
-        was restored but the accountant holds fewer steps than the framework has taken.
+        accountant is empty (it would silently start from zero); warns when the
+        accountant (restored or not) holds fewer steps than the framework has taken
+        (steps the guard refused count as taken).
         """
-        if not global_step or self.restored is not None:
+        if not global_step:
             return
         steps = steps_taken(self.accountant)
+        if self.restored is not None:
+            refused = (self._guard_state or {}).get("refused_steps", 0)
+            if steps is not None and steps + refused < global_step:
+                warnings.warn(
+                    f"resuming at step {global_step} with the privacy-budget state from "
+                    f"{where}, which holds only {steps} steps: the steps after it are not "
+                    "accounted for (resume from the matching checkpoint)",
+                    RuntimeWarning, stacklevel=3)
+            return
         if steps == 0 or (steps is None and not self.tracker.steps_seen):
             raise BudgetStateError(
                 f"resuming at step {global_step} but the accountant has no history and {where} "
@@ -225,6 +237,17 @@ class BudgetMonitor:
 
 
 STATE_FORMAT = "pb_accountant.callback/1"
+
+
+def check_name(name: Optional[str]) -> Optional[str]:
+    """A callback's ``name`` (None, or letters, digits, '.', '_', '-': it names a file)."""
+    if name is None:
+        return None
+    if (not isinstance(name, str) or not name or len(name) > 100
+            or not all(c.isascii() and (c.isalnum() or c in "._-") for c in name)):
+        raise ValueError("name must be None or 1 to 100 letters, digits, '.', '_' or '-', "
+                         f"got {name!r}")
+    return name
 
 
 class MonitorView:

@@ -11,6 +11,7 @@ import math
 import numbers
 from typing import Any, Optional, Tuple
 
+from pb_accountant._validation import MAX_STEPS, check_count, check_real
 from pb_accountant.results import EpsilonBounds
 
 __all__ = ["resolve_accountant", "steps_taken", "schedule_in_force", "epsilon_bounds",
@@ -69,6 +70,25 @@ def _check_assumptions(accountant: Any, state: dict) -> None:
                 f"configured as the checkpoint's ({saved!r})")
 
 
+def _saved_history(state: dict) -> list:
+    """``state['history']`` as (noise_multiplier, sample_rate, num_steps) tuples; a
+    ValueError naming the entry and its range when it is not such a list."""
+    raw = state["history"]
+    where = "saved accountant state['history']"
+    if not isinstance(raw, (list, tuple)):
+        raise ValueError(f"{where} must be a list of [noise_multiplier, sample_rate, "
+                         f"num_steps] entries, got {raw!r}")
+    saved = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise ValueError(f"{where}[{i}] must be [noise_multiplier, sample_rate, "
+                             f"num_steps], got {entry!r}")
+        saved.append((check_real(f"{where}[{i}] noise_multiplier", entry[0], low=0.0),
+                      check_real(f"{where}[{i}] sample_rate", entry[1], low=0.0, high=1.0),
+                      check_count(f"{where}[{i}] num_steps", entry[2], maximum=MAX_STEPS)))
+    return saved
+
+
 def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
     """Give ``accountant`` the saved ``state`` (from :func:`accountant_state`).
 
@@ -79,14 +99,14 @@ def restore_accountant(accountant: Any, state: Optional[dict]) -> str:
     """
     if state is None:
         return "none"
-    if not isinstance(state, dict) or "history" not in state:
-        raise ValueError(f"saved accountant state must be a dict with 'history', got {state!r}")
-    _check_assumptions(accountant, state)       # before anything changes
-    saved = [tuple(entry) for entry in state["history"]]
+    if not isinstance(state, dict) or "history" not in state or "mechanism" not in state:
+        raise ValueError("saved accountant state must be a dict with 'history' and "
+                         f"'mechanism' (from accountant_state), got {state!r}")
+    saved = _saved_history(state)               # all of it before anything changes
+    _check_assumptions(accountant, state)
     current = [tuple(entry) for entry in (getattr(accountant, "history", None) or [])]
     full = dict(state)
     full["history"] = saved
-    full.setdefault("mechanism", None)
     if current == saved:
         if "options" in full:
             accountant.load_state_dict(full)   # raises if the options differ
@@ -156,7 +176,19 @@ def epsilon_after(accountant: Any, delta: float, noise_multiplier: float, sample
         return accountant.epsilon_after(delta, noise_multiplier=noise_multiplier,
                                         sample_rate=sample_rate, num_steps=num_steps)
     trial = copy.deepcopy(accountant)   # any Opacus accountant: step a copy
-    for _ in range(int(num_steps)):
+    steps = int(num_steps)
+    if steps:
+        trial.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+        steps -= 1
+    history = getattr(trial, "history", None)
+    last = history[-1] if isinstance(history, list) and history else None
+    if (steps and type(last) is tuple and len(last) == 3 and type(last[2]) is int
+            and last[:2] == (noise_multiplier, sample_rate)):
+        # Opacus's history convention (the last step counted in its entry): the other
+        # steps in one go, so that a long look-ahead costs no loop of that length
+        history[-1] = (last[0], last[1], last[2] + steps)
+        steps = 0
+    for _ in range(steps):
         trial.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
     return EpsilonBounds(delta, 0.0, float(trial.get_epsilon(delta)),
                          method=type(accountant).__name__,

@@ -43,7 +43,7 @@ import math
 import warnings
 from typing import Any, Optional, Tuple
 
-from pb_accountant._validation import (check_choice, check_count, check_delta,
+from pb_accountant._validation import (MAX_STEPS, check_choice, check_count, check_delta,
                                       check_noise_multiplier, check_real, check_sample_rate)
 from pb_accountant.results import EpsilonBounds
 
@@ -143,7 +143,7 @@ class BudgetGuard:
         # any budget >= 0; inf is a guard that never stops (tracking only)
         max_epsilon = check_real("max_epsilon", max_epsilon, low=0.0, allow_inf=True)
         every = None if every_n_steps is None else check_count("every_n_steps", every_n_steps,
-                                                                  minimum=1)
+                                                                  minimum=1, maximum=MAX_STEPS)
         margin = check_real("lookahead_margin", lookahead_margin, low=0.0, high=1.0,
                             high_open=True)
         self._engine_like = resolve_accountant(accountant) is not accountant
@@ -224,11 +224,17 @@ class BudgetGuard:
         Uses (and extends) the look-ahead, so it is cheap to call before every step;
         ``last_check`` holds the bounds whenever the accountant had to be queried.
         """
+        k = self._num_steps(num_steps)
         if self.should_stop:
             return False
         sigma, q = self._schedule(noise_multiplier, sample_rate)
-        k = check_count("num_steps", num_steps, minimum=1)
         return self._decide(sigma, q, k)[0]
+
+    def _num_steps(self, num_steps) -> int:
+        """``num_steps`` as an int in [1, MAX_STEPS - steps recorded] (ValueError else):
+        the most the accountant can hold in all, so that a query never fails on it."""
+        room = MAX_STEPS - (steps_taken(self.accountant) or 0)
+        return check_count("num_steps", num_steps, minimum=1, maximum=max(1, room))
 
     def _query(self, accountant, sigma: float, q: float, k: int) -> EpsilonBounds:
         history = getattr(accountant, "history", None)
@@ -243,7 +249,7 @@ class BudgetGuard:
         try:
             bounds = epsilon_after(accountant, self.delta, sigma, q, k)
         except Exception as exc:
-            # sigma, q and k were validated (_schedule, check_count): this is an internal
+            # sigma, q and k were validated (_schedule, _num_steps): this is an internal
             # failure inside a training loop.  Loud, kept in ``errors``, and answered with
             # the valid bound inf, so the step is refused rather than taken uncertified.
             self.errors.append(exc)
@@ -316,10 +322,20 @@ class BudgetGuard:
 
     def _last_fitting(self, acc, sigma: float, q: float, k: int) -> int:
         """Largest m >= k (k fits) with certified eps_upper(history + m steps) within
-        ``max_epsilon``: doubling, then bisection, one certified query per probe."""
+        ``max_epsilon``, up to the steps the history may still take (MAX_STEPS in all).
+
+        A step with sample rate 0 never touches the data (it costs nothing): all of them
+        fit.  Otherwise doubling, then bisection, one certified query per probe: about
+        2 log2(MAX_STEPS) = 100 queries at most, even where the bound stops growing.
+        """
+        cap = max(k, MAX_STEPS - (steps_taken(acc) or 0))
+        if q == 0.0:
+            return cap
         good, bad = k, None
         while bad is None:
-            probe = min(2 * good, good + MAX_LOOKAHEAD)
+            if good >= cap:
+                return good
+            probe = min(2 * good, cap)
             if self._query(acc, sigma, q, probe).upper <= self.max_epsilon:
                 good = probe
             else:
@@ -365,6 +381,7 @@ class BudgetGuard:
         ``should_stop`` and returns False (and keeps returning False).
         """
         if self.should_stop:
+            self._num_steps(num_steps)               # a user error is not a refused step
             self.refused_steps += 1
             return False
         plan = self._plan
@@ -377,7 +394,7 @@ class BudgetGuard:
                 self._allowed += 1
                 return True
         sigma, q = self._schedule(noise_multiplier, sample_rate)
-        k = check_count("num_steps", num_steps, minimum=1)
+        k = self._num_steps(num_steps)
         allowed, bounds = self._decide(sigma, q, k)
         if allowed:
             self._allowed += k

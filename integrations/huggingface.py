@@ -27,35 +27,59 @@ compares the two and warns with a ``SamplerMismatchWarning`` naming the epsilon 
 loader implies; the entries then also hold ``loader_sampler`` and the loader's bracket
 (``shuffle_epsilon_lower``/``shuffle_epsilon_upper``; docs/which-epsilon.md).
 
-Resuming: at every checkpoint (``on_save``) the callback writes ``STATE_FILE``
+Resuming: at every checkpoint (``on_save``) the callback writes its ``state_file``
 (the accountant's history, the tracker's counters and the guard's state, JSON) into
-``args.output_dir/checkpoint-<global_step>``.  When ``trainer.train(resume_from_checkpoint=...)``
-starts at ``global_step > 0`` it reads that file from the checkpoint folder (or from
-``resume_from=`` given to the callback) and restores the accountant before the first
-step; with neither the file nor a non-empty accountant it raises
-:class:`~pb_accountant.integrations.BudgetStateError` rather than starting from zero.
+``args.output_dir/checkpoint-<global_step>``; the file is named after ``name=`` or, by
+default, after ``delta`` and ``max_epsilon``, so several callbacks keep separate states.
+When ``trainer.train(resume_from_checkpoint=...)`` starts at ``global_step > 0`` it
+reads its file from the checkpoint folder (or from ``resume_from=`` given to the
+callback; else the ``STATE_FILE`` of earlier versions, else the folder's only budget
+state) and restores the accountant before the first step, warning when the state holds
+fewer steps than ``global_step``; with neither a file nor a non-empty accountant it
+raises :class:`~pb_accountant.integrations.BudgetStateError` rather than starting from zero.
+A checkpoint whose state cannot be written gets a ``RuntimeWarning``, never a crash.
 """
 from __future__ import annotations
 
+import glob
 import json
+import math
 import os
 import warnings
 from typing import Any, Iterable, Optional
 
 from transformers import TrainerCallback
 
-from ._callback_core import BudgetMonitor, MonitorView
+from ._callback_core import BudgetMonitor, MonitorView, check_name
 
 __all__ = ["PrivacyBudgetCallback", "STATE_FILE"]
 
+#: the budget-state file of earlier versions (one per checkpoint folder; still read)
 STATE_FILE = "pb_accountant_state.json"
+
+
+def _to_json(state: dict) -> str:
+    """JSON text of a callback state: an infinite budget (never stops) as "inf"."""
+    guard = state.get("guard")
+    if isinstance(guard, dict) and guard.get("max_epsilon") == math.inf:
+        state = dict(state, guard=dict(guard, max_epsilon="inf"))
+    return json.dumps(state, allow_nan=False)
+
+
+def _from_json(state: Any) -> Any:
+    guard = state.get("guard") if isinstance(state, dict) else None
+    if isinstance(guard, dict) and guard.get("max_epsilon") == "inf":
+        state = dict(state, guard=dict(guard, max_epsilon=math.inf))
+    return state
 
 
 class PrivacyBudgetCallback(MonitorView, TrainerCallback):
     """Log ``epsilon_lower``/``epsilon_upper`` and stop before ``max_epsilon`` is exceeded.
 
-    ``resume_from``: a checkpoint folder (or a ``STATE_FILE``) to restore the budget
+    ``resume_from``: a checkpoint folder (or a state file) to restore the budget
     from when the Trainer resumes; default: ``args.output_dir/checkpoint-<global_step>``.
+    ``name``: names the state file (letters, digits, '.', '_', '-'); default: derived
+    from ``delta`` and ``max_epsilon``.
     """
 
     def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
@@ -63,7 +87,8 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
                  sinks: Optional[Iterable[Any]] = None, noise_multiplier: Optional[float] = None,
                  sample_rate: Optional[float] = None, guard_optimizer: bool = True,
                  account_steps: bool = False, clear_dp_gradients: bool = True,
-                 resume_from: Optional[str] = None):
+                 resume_from: Optional[str] = None, name: Optional[str] = None):
+        self.name = check_name(name)
         self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
                                      log_on_epoch_end, sinks, noise_multiplier, sample_rate,
                                      guard_optimizer)
@@ -81,24 +106,53 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
     def load_state_dict(self, state: dict) -> None:
         self.monitor.load_state_dict(state)
 
+    @property
+    def state_file(self) -> str:
+        """This callback's file name in a checkpoint folder (distinct per name, or per
+        delta and max_epsilon)."""
+        if self.name is not None:
+            return f"pb_accountant_state.{self.name}.json"
+        return (f"pb_accountant_state.delta-{self.monitor.delta!r}"
+                f".max_epsilon-{self.monitor.max_epsilon!r}.json")
+
     def save_state(self, folder: str) -> str:
-        """Write ``STATE_FILE`` into ``folder`` atomically (temporary file, then rename)."""
-        path = os.path.join(os.fspath(folder), STATE_FILE)
+        """Write ``state_file`` into ``folder`` atomically (temporary file, then rename);
+        a failure leaves no temporary file behind."""
+        path = os.path.join(os.fspath(folder), self.state_file)
+        text = _to_json(self.state_dict())
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.state_dict(), fh, allow_nan=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
         return path
 
+    def _find_state(self, path: str) -> Optional[str]:
+        """The state file to restore from ``path`` (a file, or a checkpoint folder)."""
+        if not os.path.isdir(path):
+            return path if os.path.isfile(path) else None
+        for name in (self.state_file, STATE_FILE):
+            if os.path.isfile(os.path.join(path, name)):
+                return os.path.join(path, name)
+        found = glob.glob(os.path.join(glob.escape(path), "pb_accountant_state.*.json"))
+        return found[0] if len(found) == 1 else None     # e.g. after a budget change
+
     def load_state(self, path: str) -> None:
-        """Read ``STATE_FILE`` (or a checkpoint folder holding it) and restore it."""
+        """Read a state file (or a checkpoint folder holding one) and restore it."""
         path = os.fspath(path)
-        if os.path.isdir(path):
-            path = os.path.join(path, STATE_FILE)
-        with open(path, encoding="utf-8") as fh:
-            self.load_state_dict(json.load(fh))
+        target = self._find_state(path)
+        if target is None:
+            raise ValueError(f"path: no privacy-budget state file in {path}")
+        with open(target, encoding="utf-8") as fh:
+            self.load_state_dict(_from_json(json.load(fh)))
 
     def _restore_on_resume(self, args, state) -> None:
         if not state.global_step or self.monitor.restored is not None:
@@ -108,10 +162,10 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
             candidates.append(self.resume_from)
         candidates.append(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
         for candidate in candidates:
-            target = (os.path.join(candidate, STATE_FILE) if os.path.isdir(candidate)
-                      else candidate)
-            if os.path.isfile(target):
+            target = self._find_state(candidate)
+            if target is not None:
                 self.load_state(target)
+                self.monitor.check_resume(state.global_step, target)   # steps missing?
                 return
         self.monitor.check_resume(state.global_step, f"the checkpoint ({candidates[-1]})")
 
@@ -176,7 +230,11 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
             return control
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if os.path.isdir(folder):
-            self.save_state(folder)
+            try:
+                self.save_state(folder)
+            except Exception as exc:                 # a checkpoint never stops training
+                warnings.warn(f"the privacy-budget state was not saved with checkpoint "
+                              f"{folder!r}: {exc!r}", RuntimeWarning, stacklevel=2)
         else:
             warnings.warn(f"checkpoint folder {folder!r} not found: the privacy-budget state "
                           "was not saved with this checkpoint", RuntimeWarning, stacklevel=2)

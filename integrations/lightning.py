@@ -24,7 +24,11 @@ the callback's ``state_dict()``, which Lightning stores in every checkpoint: a r
 resumed with ``trainer.fit(..., ckpt_path=...)`` continues from the privacy already
 spent (a checkpoint whose accountant assumed another sampler or neighbouring relation
 is refused with a ValueError).  Resuming at ``global_step > 0`` with an empty accountant and no such state
-raises :class:`~pb_accountant.integrations.BudgetStateError`.
+raises :class:`~pb_accountant.integrations.BudgetStateError`.  Each callback's state is
+stored under its own ``state_key`` (from ``name=`` or, by default, ``delta`` and
+``max_epsilon``), so several callbacks can share a trainer; a checkpoint of an earlier
+version (key ``"PrivacyBudgetCallback"``) or of one callback whose budget has changed
+since is still restored.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ try:
 except ImportError:  # pragma: no cover - the unified "lightning" package
     import lightning.pytorch as pl
 
-from ._callback_core import BudgetMonitor, MonitorView
+from ._callback_core import BudgetMonitor, MonitorView, check_name
 
 __all__ = ["PrivacyBudgetCallback"]
 
@@ -58,14 +62,18 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
         guard_optimizer: attach the hard-stop guard to a ``DPOptimizer``.
         account_steps: step the accountant from the callback (for loops whose
             optimizer does not account, e.g. noise added by hand).
+        name: the checkpoint key's name (default: derived from ``delta`` and
+            ``max_epsilon``); needed only for two callbacks with the same both.
     """
 
     def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
                  log_every_n_steps: Optional[int] = 50, log_on_epoch_end: bool = True,
                  prog_bar: bool = False, sinks: Optional[Iterable[Any]] = None,
                  noise_multiplier: Optional[float] = None, sample_rate: Optional[float] = None,
-                 guard_optimizer: bool = True, account_steps: bool = False):
+                 guard_optimizer: bool = True, account_steps: bool = False,
+                 name: Optional[str] = None):
         super().__init__()
+        self.name = check_name(name)
         self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
                                      log_on_epoch_end, sinks, noise_multiplier, sample_rate,
                                      guard_optimizer)
@@ -99,6 +107,26 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
                               RuntimeWarning, stacklevel=2)
 
     # -- checkpoints -------------------------------------------------------------------
+    @property
+    def state_key(self) -> str:
+        """Distinct per ``name`` (or per delta and max_epsilon): several callbacks coexist."""
+        if self.name is not None:
+            return self._generate_state_key(name=self.name)
+        return self._generate_state_key(delta=self.monitor.delta,
+                                        max_epsilon=self.monitor.max_epsilon)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        """No state under this key: take the earlier versions' key, else the checkpoint's
+        only budget state (a changed budget), for Lightning to restore next."""
+        states = checkpoint.get("callbacks")
+        if not isinstance(states, dict) or self.state_key in states:
+            return
+        legacy = type(self).__qualname__
+        ours = [k for k in states if isinstance(k, str) and k.startswith(legacy + "{")]
+        key = legacy if legacy in states else ours[0] if len(ours) == 1 else None
+        if key is not None:
+            states[self.state_key] = states[key]
+
     def state_dict(self) -> dict:
         """Stored by Lightning in every checkpoint (accountant history included)."""
         return self.monitor.state_dict()

@@ -16,9 +16,11 @@ skipped with a note).
 
 A tracker log records, per line, the step count and the noise multiplier and sample rate
 of the *last* step.  The history is rebuilt by giving every step since the previous
-line that line's values: exact when the log has a line per step or the values did not
-change between lines; the report says so, and checks its recomputed epsilon against
-the last line's recorded bounds.
+line that line's values.  Only a log with a line for every step (Poisson sampling,
+add/remove) gives the exact history and certified bounds; from a sparser log the
+history between lines is unknown, so the report is labelled an approximation: its
+upper bound is at least the largest eps_upper the tracker logged (certified for the
+real history) and, where the log's delta allows, the logged certified values are used.
 """
 from __future__ import annotations
 
@@ -101,11 +103,13 @@ def _read_log(lines: Sequence[str], where: str) -> List[dict]:
     return records[start:]
 
 
-def _history_from_log(records: List[dict]) -> Tuple[List[Tuple[float, float, int]], List[str]]:
+def _history_from_log(records: List[dict]) -> Tuple[List[Tuple[float, float, int]], List[str], bool]:
+    """(history, notes, exact): exact only with a record for every step (what changed
+    inside a longer interval is not in the log) and the default sampler/relation."""
     history: List[Tuple[float, float, int]] = []
     notes: List[str] = []
     previous = 0
-    approximate = False
+    exact = True
     for rec in records:
         step = int(rec["step"])
         k = step - previous
@@ -115,8 +119,11 @@ def _history_from_log(records: List[dict]) -> Tuple[List[Tuple[float, float, int
         if sigma is None or q is None:
             raise ValueError(f"tracker log record at step {step} has no noise_multiplier/"
                              "sample_rate: the history cannot be rebuilt")
-        if k > 1 and history and (history[-1][0], history[-1][1]) != (float(sigma), float(q)):
-            approximate = True
+        if k > 1:
+            exact = False
+        if rec.get("sampler", "poisson") != "poisson" or \
+                rec.get("neighbouring", "add_remove") != "add_remove":
+            exact = False
         if history and (history[-1][0], history[-1][1]) == (float(sigma), float(q)):
             history[-1] = (history[-1][0], history[-1][1], history[-1][2] + k)
         else:
@@ -124,10 +131,35 @@ def _history_from_log(records: List[dict]) -> Tuple[List[Tuple[float, float, int
         previous = step
     notes.append("history rebuilt from the tracker log: each step since the previous record "
                  "is given that record's noise multiplier and sample rate")
-    if approximate:
-        notes.append("the noise multiplier or sample rate changed between records that are "
-                     "more than one step apart: the rebuilt history is an approximation")
-    return history, notes
+    if not exact:
+        notes.append("the tracker log does not hold a record for every step (or assumes "
+                     "another sampler or neighbouring relation): the rebuilt history is an "
+                     "approximation and its bounds are not certified")
+    return history, notes, exact
+
+
+def _logged_bounds(records: List[dict]) -> Dict[str, Any]:
+    """The largest certified eps_lower/eps_upper the log holds at its last delta.
+
+    Each was certified for the real history up to its step; epsilon only grows with
+    the steps, so both hold for the real history up to the last record."""
+    delta = records[-1].get("delta")
+    out: Dict[str, Any] = {"delta": None, "eps_lower": None, "eps_upper": None, "step": None}
+    if not isinstance(delta, (int, float)) or isinstance(delta, bool):
+        return out
+    out["delta"], out["step"] = float(delta), int(records[-1]["step"])
+    for rec in records:
+        if rec.get("delta") != delta:
+            continue
+        for key in ("eps_lower", "eps_upper"):
+            value = rec.get(key)
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                continue
+            if not math.isnan(value) and (out[key] is None or value > out[key]):
+                out[key] = value
+    return out
 
 
 def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
@@ -157,12 +189,15 @@ def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
             return (_accountant_from_state(state["accountant"]),
                     {"kind": "tracker_state", "path": path}, [])
         records = _read_log(text.splitlines(), path)
-        history, notes = _history_from_log(records)
+        history, notes, exact = _history_from_log(records)
         acc = PrivacyBucketsAccountant()
         acc.history = history
         last = records[-1]
-        return acc, {"kind": "tracker_log", "path": path, "records": len(records),
-                     "last_record": last}, notes
+        info = {"kind": "tracker_log", "path": path, "records": len(records),
+                "exact": exact, "last_record": last}
+        if not exact:
+            info["logged_bounds"] = _logged_bounds(records)
+        return acc, info, notes
     raise ValueError("source must be a PrivacyBucketsAccountant, a state_dict mapping, or the "
                      f"path of a JSON state_dict or tracker log, got {type(source).__name__}")
 
@@ -230,6 +265,23 @@ def _history_summary(history) -> Dict[str, Any]:
             "entries_shown": min(len(hist), 50)}
 
 
+def _row_from_log(b, delta: float, logged: Dict[str, Any]) -> Dict[str, Any]:
+    """A row rebuilt from a sparse log: the tracker's certified values where its delta
+    covers this one (epsilon(delta) falls as delta grows), the rebuilt bound elsewhere;
+    the upper bound is never below the logged certified eps_upper."""
+    lower, upper = float(b.lower), float(b.upper)
+    log_delta, log_lower, log_upper = logged["delta"], logged["eps_lower"], logged["eps_upper"]
+    lower_ok = upper_ok = False
+    if log_upper is not None:
+        upper = max(upper, log_upper)
+        upper_ok = delta >= log_delta
+    if log_lower is not None and delta <= log_delta:
+        lower, lower_ok = log_lower, True
+        upper = max(upper, lower)
+    return {"lower": _num(lower), "upper": _num(upper), "lower_certified": lower_ok,
+            "upper_certified": upper_ok}
+
+
 def _fmt(x, up=True, sig=4) -> str:
     """Directed rounding for display: upper bounds up, lower bounds down."""
     if isinstance(x, str):
@@ -259,6 +311,7 @@ def _training_line(h: Dict[str, Any]) -> str:
 def _markdown(data: Dict[str, Any]) -> str:
     h = data["history"]
     a = data["assumptions"]
+    certified = data.get("certified", True)
     lines = [f"## Differential privacy ({data['title']})", "",
              f"- **Mechanism:** {data['mechanism']}",
              f"- **Sampler:** {a.get('sampler')}; **neighbouring relation:** "
@@ -266,25 +319,35 @@ def _markdown(data: Dict[str, Any]) -> str:
              _training_line(h),
              f"- **Accountant:** pb-accountant {data['version']} (privacy buckets, certified "
              f"upper and lower bounds)", "",
-             "### Certified (epsilon, delta)", "",
+             "### Certified (epsilon, delta)" if certified else
+             "### (epsilon, delta), approximate: rebuilt from a tracker log", "",
              "| delta | epsilon lower bound | epsilon upper bound |", "|---|---|---|"]
     for row in data["epsilon"]:
-        lines.append(f"| {row['delta']:g} | {_fmt(row['lower'], False)} | "
-                     f"{_fmt(row['upper'])} |")
-    lines += ["", "The true epsilon lies between the two bounds; the upper bound is the "
-              "guarantee.", "",
-              "### Attack risk (membership inference)", "",
+        lo = ("" if row.get("lower_certified", certified) else "≈ ") + _fmt(row["lower"], False)
+        up = ("" if row.get("upper_certified", certified) else "≈ ") + _fmt(row["upper"])
+        lines.append(f"| {row['delta']:g} | {lo} | {up} |")
+    if certified:
+        lines += ["", "The true epsilon lies between the two bounds; the upper bound is the "
+                  "guarantee.", ""]
+    else:
+        lines += ["", "The tracker log lacks a record for every step, so the history between "
+                  "records is not known: this bracket is an approximation from the log, not "
+                  "a certificate.  Values marked ≈ come from the rebuilt history; the "
+                  "others are the certified bounds the tracker logged for the real run.", ""]
+    lines += ["### Attack risk (membership inference)", "",
               "Best true-positive rate any attacker can reach at a given false-positive "
-              "rate, for one example, certified from the privacy curve (f-DP trade-off, "
-              "both neighbouring directions):", "",
+              "rate, for one example, " + ("certified from the privacy curve" if certified
+                                           else "approximate (from the rebuilt history)")
+              + " (f-DP trade-off, both neighbouring directions):", "",
               "| false-positive rate | TPR lower bound | TPR upper bound |", "|---|---|---|"]
     r = data["attack_risk"]
+    approx = "" if certified else "≈ "
     for f, lo, up in zip(r["fpr"], r["tpr_lower"], r["tpr_upper"]):
-        lines.append(f"| {f:g} | {_fmt(lo, False)} | {_fmt(up)} |")
+        lines.append(f"| {f:g} | {approx}{_fmt(lo, False)} | {approx}{_fmt(up)} |")
     mu = r["gdp_mu"]
     lines += ["", f"Gaussian-DP parameter implied by the curve (for FPR in "
               f"[{mu['alpha_min']:g}, 1 - {mu['alpha_min']:g}]): mu in "
-              f"[{_fmt(mu['lower'], False)}, {_fmt(mu['upper'])}].", ""]
+              f"[{approx}{_fmt(mu['lower'], False)}, {approx}{_fmt(mu['upper'])}].", ""]
     if data.get("plot"):
         lines += [f"![privacy curve and trade-off band]({os.path.basename(data['plot'])})", ""]
     lines += ["### Method and assumptions", ""]
@@ -358,11 +421,15 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
     deltas = sorted(set(deltas), reverse=True)
     adapter = _is_dp_accounting_adapter(acc)
     summary = _event_summary(acc) if adapter else _history_summary(acc.history)
+    logged = source_info.get("logged_bounds")     # a sparse tracker log: not certified
     rows = []
     for d in deltas:
         b = acc.get_epsilon_bounds(d)
-        rows.append({"delta": d, "lower": _num(b.lower), "upper": _num(b.upper),
-                     "notes": list(b.notes)})
+        row = {"delta": d, "lower": _num(b.lower), "upper": _num(b.upper),
+               "notes": list(b.notes)}
+        if logged is not None:
+            row.update(_row_from_log(b, d, logged))
+        rows.append(row)
         notes = notes + [n for n in b.notes if n not in notes]
     if log is not None and log.get("delta") is not None:
         b = acc.get_epsilon_bounds(float(log["delta"]))
@@ -384,7 +451,13 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
     steps = summary["steps"]
     if title is None:
         title = f"DP-SGD, {steps} steps" if not adapter else "dp_accounting events"
-    assumed = [
+    assumed = [] if logged is None else [
+        "The history was rebuilt from a tracker log without a record for every step: the "
+        "noise multiplier and sample rate between records are not known, so the bounds "
+        "and attack-risk figures are an approximation, not a certificate.  Values marked "
+        "≈ come from the rebuilt history; the others are the certified bounds the tracker "
+        "logged for the real history (up to the last record's step)."]
+    assumed += [
         "Bounds are certified by privacy buckets (Meiser & Mohammadi, \"Tight on "
         "Budget?\"): the upper bounds are provably at least, the lower bounds provably at "
         "most, the true values, floating-point error included (docs/method.md, "
@@ -409,7 +482,10 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
         "title": title,
         "generator": "pb_accountant.integrations.report",
         "version": __version__,
-        "source": {k: v for k, v in source_info.items() if k != "last_record"},
+        "source": {k: ({n: _num(x) if isinstance(x, float) else x for n, x in v.items()}
+                       if k == "logged_bounds" else v)
+                   for k, v in source_info.items() if k != "last_record"},
+        "certified": logged is None,
         "mechanism": ("composed dp_accounting DpEvents" if adapter else
                       "Poisson-subsampled Gaussian (DP-SGD)"
                       if assumptions.get("sampler") == "poisson" else

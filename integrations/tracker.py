@@ -123,6 +123,8 @@ class BudgetTracker:
         with its cause, kept in ``sink_errors`` and answered with the valid bound
         eps_upper = inf, so that training goes on.
         """
+        step = None if step is None else check_count("step", step)
+        epoch = None if epoch is None else check_count("epoch", epoch)
         return self._record(event, step, epoch, in_loop=False)
 
     def _record(self, event: str, step: Optional[int], epoch: Optional[int], *,
@@ -221,8 +223,9 @@ class BudgetTracker:
         ``step`` defaults to the number of steps in the accountant's history (or an
         internal counter for accountants without one).
         """
+        step = None if step is None else check_count("step", step)   # before any change
         self.steps_seen += 1
-        self.step = self._steps() if step is None else int(step)
+        self.step = self._steps() if step is None else step
         if self.every_n_steps and self.step > 0 and self.step % self.every_n_steps == 0:
             if self.last is not None and self.last.step == self.step:
                 return None
@@ -231,7 +234,7 @@ class BudgetTracker:
 
     def on_epoch_end(self, epoch: Optional[int] = None) -> Optional[BudgetRecord]:
         """Call at the end of every epoch (0-based ``epoch``; default: counted here)."""
-        epoch = self.epoch if epoch is None else int(epoch)
+        epoch = self.epoch if epoch is None else check_count("epoch", epoch)
         rec = None
         if self.every_epoch:
             rec = self._record("epoch", None, epoch, in_loop=True)

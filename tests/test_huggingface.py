@@ -6,6 +6,7 @@ through ``get_train_dataloader``.  The callback must log the bounds and stop the
 Trainer before the certified epsilon exceeds the budget.
 """
 import json
+import math
 import os
 
 import pytest
@@ -177,3 +178,115 @@ def test_account_steps_without_opacus_optimizer(tmp_path):
     assert [(r.step, r.event) for r in callback.records] == [(4, "step"), (8, "step"),
                                                              (8, "epoch")]
     assert not callback.stopped
+
+
+def plain_trainer(tmp_path, callbacks, epochs=1, save_steps=4):
+    """No Opacus: the callbacks account the steps; a checkpoint every ``save_steps``."""
+    args = args_for(tmp_path, epochs=epochs, logging_steps=4)
+    args.save_strategy = "steps"
+    args.save_steps = save_steps
+    return Trainer(model=TinyClassifier(), args=args, train_dataset=Points(),
+                   data_collator=default_data_collator, callbacks=callbacks)
+
+
+def test_infinite_budget_checkpoint_round_trips(tmp_path):
+    """max_epsilon=inf (never stops) is saved with every checkpoint and restored as is."""
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=math.inf,
+                                     noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    plain_trainer(tmp_path, [callback]).train()
+    assert acc.history == [(SIGMA, Q, 8)] and not callback.stopped
+    folder = tmp_path / "checkpoint-8"
+    assert (folder / callback.state_file).is_file()
+    assert not [p for p in os.listdir(folder) if p.endswith(".tmp")]
+    again = PrivacyBudgetCallback(PrivacyBucketsAccountant(), delta=DELTA, max_epsilon=math.inf,
+                                  noise_multiplier=SIGMA, sample_rate=Q)
+    again.load_state(str(folder))
+    assert again.state_dict() == callback.state_dict()
+    assert again.state_dict()["guard"]["max_epsilon"] == math.inf
+
+
+def test_a_failed_checkpoint_write_warns_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from pb_accountant.integrations import huggingface as hf
+
+    def broken(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf.os, "replace", broken)
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=50.0,
+                                     noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    with pytest.warns(RuntimeWarning, match="not saved with checkpoint"):
+        plain_trainer(tmp_path, [callback]).train()
+    monkeypatch.undo()
+    assert acc.history == [(SIGMA, Q, 8)]                  # training went on
+    for folder in ("checkpoint-4", "checkpoint-8"):
+        names = os.listdir(tmp_path / folder)
+        assert not [p for p in names if p.startswith("pb_accountant_state")], names
+
+
+def test_two_callbacks_keep_separate_checkpoint_states(tmp_path):
+    acc = PrivacyBucketsAccountant()
+    warn = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=math.inf,
+                                 noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    stop = PrivacyBudgetCallback(acc, delta=1e-6, max_epsilon=50.0)
+    plain_trainer(tmp_path, [warn, stop]).train()
+    folder = tmp_path / "checkpoint-8"
+    assert warn.state_file != stop.state_file
+    saved = {cb.state_file: json.loads((folder / cb.state_file).read_text())
+             for cb in (warn, stop)}
+    assert saved[warn.state_file]["guard"]["max_epsilon"] == "inf"
+    assert saved[stop.state_file]["guard"]["delta"] == 1e-6
+    # a new process restores each from its own file
+    acc2 = PrivacyBucketsAccountant()
+    warn2 = PrivacyBudgetCallback(acc2, delta=DELTA, max_epsilon=math.inf,
+                                  noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    stop2 = PrivacyBudgetCallback(acc2, delta=1e-6, max_epsilon=50.0)
+    plain_trainer(tmp_path, [warn2, stop2], epochs=2).train(
+        resume_from_checkpoint=str(folder))
+    assert warn2.monitor.restored == "loaded" and stop2.monitor.restored == "matched"
+    assert acc2.history == [(SIGMA, Q, 16)]
+    assert stop2.guard.state_dict()["delta"] == 1e-6
+    with pytest.raises(ValueError, match="name"):
+        PrivacyBudgetCallback(acc, delta=DELTA, name="../x")
+
+
+def test_a_checkpoint_of_the_single_state_file_version_is_restored(tmp_path):
+    from pb_accountant.integrations.huggingface import STATE_FILE
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=50.0,
+                                     noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    plain_trainer(tmp_path, [callback]).train()
+    folder = tmp_path / "checkpoint-8"
+    os.replace(folder / callback.state_file, folder / STATE_FILE)     # the old layout
+    acc2 = PrivacyBucketsAccountant()
+    again = PrivacyBudgetCallback(acc2, delta=DELTA, max_epsilon=50.0, name="renamed",
+                                  noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    plain_trainer(tmp_path, [again], epochs=2).train(resume_from_checkpoint=str(folder))
+    assert again.monitor.restored == "loaded" and acc2.history == [(SIGMA, Q, 16)]
+
+
+def test_resuming_with_an_older_budget_state_warns(tmp_path):
+    """A state from checkpoint-8 at global step 16 lacks 8 steps: never silently."""
+    import warnings
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, noise_multiplier=SIGMA, sample_rate=Q,
+                                     account_steps=True)
+    plain_trainer(tmp_path, [callback], epochs=2, save_steps=8).train()
+    assert acc.history == [(SIGMA, Q, 16)]
+
+    def resume(**kw):
+        again = PrivacyBudgetCallback(PrivacyBucketsAccountant(), delta=DELTA,
+                                      noise_multiplier=SIGMA, sample_rate=Q,
+                                      account_steps=True, **kw)
+        plain_trainer(tmp_path, [again], epochs=3, save_steps=8).train(
+            resume_from_checkpoint=str(tmp_path / "checkpoint-16"))
+        return again
+
+    with pytest.warns(RuntimeWarning, match="holds only 8 steps"):
+        stale = resume(resume_from=str(tmp_path / "checkpoint-8"))
+    assert stale.monitor.restored == "loaded"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fresh = resume()
+    assert fresh.monitor.accountant.history == [(SIGMA, Q, 24)]

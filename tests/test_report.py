@@ -111,6 +111,7 @@ def test_report_from_tracker_log_every_step_is_exact(tmp_path):
     last = json.loads(log.read_text().splitlines()[-1])
     assert rep.data["epsilon"][0]["upper"] == last["eps_upper"]
     assert not any("approximation" in n or "rebuilt history gives" in n for n in rep.data["notes"])
+    assert rep.data["certified"] is True and "the upper bound is the guarantee" in rep.markdown
 
 
 def test_report_from_sparse_tracker_log_says_it_is_approximate(tmp_path):
@@ -124,6 +125,40 @@ def test_report_from_sparse_tracker_log_says_it_is_approximate(tmp_path):
     rep = privacy_report(str(log), deltas=(1e-5,))
     assert any("approximation" in n for n in rep.data["notes"])
     assert any("rebuilt history gives" in n for n in rep.data["notes"])
+
+
+def test_report_from_sparse_tracker_log_is_not_labelled_certified(tmp_path, capsys):
+    # the noise multiplier is 0.6 for 99 steps in each 100 and 5.0 at the logged step:
+    # the rebuilt history (all 5.0) gives epsilon 30x too low
+    log = tmp_path / "run.jsonl"
+    acc = PrivacyBucketsAccountant()
+    with BudgetTracker(acc, 1e-5, every_n_steps=100, every_epoch=False,
+                       sinks=[JSONLinesSink(log)]) as tracker:
+        for i in range(200):
+            acc.step(noise_multiplier=0.6 if i % 100 < 99 else 5.0, sample_rate=0.05)
+            tracker.on_step()
+    rep = privacy_report(str(log), deltas=(1e-5, 1e-6, 1e-4))
+    assert rep.data["certified"] is False
+    assert "the upper bound is the guarantee" not in rep.markdown
+    assert "approximation from the log" in rep.markdown
+    assert "### Certified" not in rep.markdown
+    for row in rep.data["epsilon"]:
+        true = acc.get_epsilon_bounds(row["delta"])
+        # never below the logged certified eps_upper; certified where the log's delta covers it
+        assert row["upper"] >= 15.0 and row["lower"] <= row["upper"]
+        assert row["upper_certified"] == (row["delta"] >= 1e-5)
+        assert row["lower_certified"] == (row["delta"] <= 1e-5)
+        if row["upper_certified"]:
+            assert row["upper"] >= true.upper
+        if row["lower_certified"]:
+            assert row["lower"] <= true.lower
+    row = rep.data["epsilon"][1]
+    assert row["delta"] == 1e-5 and row["upper"] == acc.get_epsilon_bounds(1e-5).upper
+    assert "| 1e-06 | 15.39 | ≈ " in rep.markdown       # not certified: marked
+    # the command line prints the same report
+    status, out, err = cli(capsys, "report", log, "--delta", "1e-5")
+    assert status == 0 and "the upper bound is the guarantee" not in out
+    assert "approximation from the log" in out and "| 1e-05 | 15.39 | 15.4 |" in out
 
 
 def test_tracker_log_of_several_runs_uses_the_last(tmp_path):

@@ -237,7 +237,7 @@ def test_lightning_resume_without_budget_state_refuses_to_start_from_zero(tmp_pa
 
 
 # ------------------------------------------------------------------------------------
-# Hugging Face Trainer: STATE_FILE in every checkpoint folder
+# Hugging Face Trainer: the callback's state file in every checkpoint folder
 # ------------------------------------------------------------------------------------
 
 def _hf():
@@ -283,7 +283,8 @@ def test_huggingface_resume_matches_an_uninterrupted_run(tmp_path):
     run = tmp_path / "killed"
     engine1, cb1, t1 = _hf_run(transformers, th, run, stop_at=5)
     assert t1.state.global_step == 5
-    assert (run / "checkpoint-5" / STATE_FILE).is_file()
+    assert (run / "checkpoint-5" / cb1.state_file).is_file()
+    assert not (run / "checkpoint-5" / STATE_FILE).exists()     # named per callback now
     engine2, cb2, t2 = _hf_run(transformers, th, run, resume=str(run / "checkpoint-5"))
     acc = engine2.accountant
     assert cb2.monitor.restored == "loaded"
@@ -294,10 +295,9 @@ def test_huggingface_resume_matches_an_uninterrupted_run(tmp_path):
 
 def test_huggingface_resume_without_budget_state_refuses(tmp_path):
     transformers, th = _hf()
-    from pb_accountant.integrations.huggingface import STATE_FILE
     run = tmp_path / "run"
-    _hf_run(transformers, th, run, stop_at=5)
-    os.remove(run / "checkpoint-5" / STATE_FILE)
+    _, callback, _ = _hf_run(transformers, th, run, stop_at=5)
+    os.remove(run / "checkpoint-5" / callback.state_file)
     with pytest.raises(BudgetStateError, match="forgotten"):
         _hf_run(transformers, th, run, resume=str(run / "checkpoint-5"))
 
@@ -319,3 +319,43 @@ def test_saved_budget_state_carries_the_accountant_options():
     same = PrivacyBucketsAccountant(number_of_buckets=200, factor=1.01)
     assert restore_accountant(same, state) == "loaded"
     assert same.get_epsilon_bounds(1e-5) == tuned.get_epsilon_bounds(1e-5)
+
+
+def test_lightning_two_callbacks_keep_separate_states_and_old_checkpoints_load(tmp_path):
+    pl, DPLightningDataModule, tl = _lightning()
+    from pb_accountant.integrations.lightning import PrivacyBudgetCallback
+
+    def callbacks(model):
+        return [PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, max_epsilon=budget(),
+                                      log_every_n_steps=None),
+                PrivacyBudgetCallback(model.privacy_engine, delta=1e-6, log_every_n_steps=None)]
+
+    first = tl.TinyDPModel()
+    cbs = callbacks(first)
+    t1 = _pl_trainer(pl, tmp_path, cbs, max_epochs=5, max_steps=4)
+    t1.fit(first, datamodule=DPLightningDataModule(tl.TinyData()))   # no "unique state_key" error
+    ckpt = str(tmp_path / "two.ckpt")
+    t1.save_checkpoint(ckpt)
+    saved = torch.load(ckpt, weights_only=False)["callbacks"]
+    assert {cb.state_key for cb in cbs} <= set(saved) and len({cb.state_key for cb in cbs}) == 2
+    assert saved[cbs[0].state_key]["guard"]["max_epsilon"] == budget()
+
+    second = tl.TinyDPModel()
+    cbs2 = callbacks(second)
+    t2 = _pl_trainer(pl, tmp_path, cbs2, max_epochs=5)
+    t2.fit(second, datamodule=DPLightningDataModule(tl.TinyData()), ckpt_path=ckpt)
+    assert [cb.monitor.restored for cb in cbs2] == ["loaded", "matched"]
+    assert steps_of(second.privacy_engine.accountant) == K and cbs2[0].stopped
+
+    # a checkpoint of the version with one fixed key ("PrivacyBudgetCallback")
+    old = torch.load(ckpt, weights_only=False)
+    old["callbacks"] = {"PrivacyBudgetCallback": old["callbacks"][cbs[0].state_key]}
+    legacy = str(tmp_path / "legacy.ckpt")
+    torch.save(old, legacy)
+    third = tl.TinyDPModel()
+    cb3 = PrivacyBudgetCallback(third.privacy_engine, delta=DELTA, max_epsilon=budget(),
+                                log_every_n_steps=None)
+    _pl_trainer(pl, tmp_path, [cb3], max_epochs=5).fit(
+        third, datamodule=DPLightningDataModule(tl.TinyData()), ckpt_path=legacy)
+    assert cb3.monitor.restored == "loaded"
+    assert steps_of(third.privacy_engine.accountant) == K and cb3.stopped

@@ -1,0 +1,126 @@
+"""Bad input to the tracker and to a saved budget state is a ValueError naming the
+parameter and its range, raised before anything changes (never TypeError or
+OverflowError, never a silently accepted -5 or 0.7)."""
+import math
+
+import pytest
+
+from pb_accountant import PrivacyBucketsAccountant
+from pb_accountant.integrations import BudgetTracker
+from pb_accountant.integrations._callback_core import BudgetMonitor
+from pb_accountant.integrations._common import accountant_state, restore_accountant
+
+DELTA = 1e-5
+SIGMA, Q = 1.0, 0.125
+BAD_COUNTS = [math.inf, -math.inf, math.nan, -5, 0.7, [1], "3", None, True]
+
+
+def tracker(steps=0):
+    acc = PrivacyBucketsAccountant()
+    for _ in range(steps):
+        acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+    return BudgetTracker(acc, DELTA, every_n_steps=1, sinks=[])
+
+
+def counters(t):
+    return t.step, t.epoch, t.steps_seen, len(t.records), list(t.accountant.history)
+
+
+@pytest.mark.parametrize("bad", [b for b in BAD_COUNTS if b is not None])
+def test_on_step_rejects_a_step_that_is_not_a_count(bad):
+    t = tracker(2)
+    before = counters(t)
+    with pytest.raises(ValueError, match=r"step must be an integer >= 0"):
+        t.on_step(bad)
+    assert counters(t) == before
+
+
+@pytest.mark.parametrize("bad", [b for b in BAD_COUNTS if b is not None])
+def test_on_epoch_end_rejects_an_epoch_that_is_not_a_count(bad):
+    t = tracker(2)
+    before = counters(t)
+    with pytest.raises(ValueError, match=r"epoch must be an integer >= 0"):
+        t.on_epoch_end(bad)
+    assert counters(t) == before
+
+
+@pytest.mark.parametrize("bad", [b for b in BAD_COUNTS if b is not None])
+def test_record_rejects_a_step_or_epoch_that_is_not_a_count(bad):
+    t = tracker(2)
+    before = counters(t)
+    with pytest.raises(ValueError, match=r"step must be an integer >= 0"):
+        t.record(step=bad)
+    with pytest.raises(ValueError, match=r"epoch must be an integer >= 0"):
+        t.record(epoch=bad)
+    assert counters(t) == before
+
+
+def test_whole_numbers_are_counts_as_everywhere_else():
+    t = tracker(3)
+    t.on_step(3.0)
+    assert t.step == 3 and type(t.step) is int and t.records[-1].step == 3
+    t.on_epoch_end(0.0)
+    assert t.epoch == 1 and t.records[-1].epoch == 0
+    rec = t.record(step=7.0, epoch=2.0)
+    assert (rec.step, rec.epoch) == (7, 2)
+
+
+BAD_HISTORIES = [5, None, "1,2", [1, 2], [[1.0, 0.1]], [[1.0, 0.1, 2, 4]],
+                 [[1.0, 0.1, -1]], [[1.0, 0.1, 0.5]], [[1.0, 1.5, 2]], [[-1.0, 0.1, 2]],
+                 [[math.nan, 0.1, 2]], [["a", 0.1, 2]]]
+
+
+@pytest.mark.parametrize("history", BAD_HISTORIES)
+def test_a_bad_saved_history_is_a_value_error_and_changes_nothing(history):
+    state = tracker(3).state_dict()
+    state["accountant"]["history"] = history
+    state["step"] = 9
+    fresh = tracker()
+    with pytest.raises(ValueError, match=r"state\['history'\]"):
+        fresh.load_state_dict(state)
+    assert counters(fresh) == (0, 0, 0, 0, [])
+    with pytest.raises(ValueError, match=r"state\['history'\]"):
+        restore_accountant(PrivacyBucketsAccountant(), state["accountant"])
+
+
+@pytest.mark.parametrize("history", BAD_HISTORIES[:5])
+def test_the_callbacks_restore_refuses_a_bad_history_the_same_way(history):
+    source = BudgetMonitor(PrivacyBucketsAccountant(), DELTA, 5.0, None, False, [], SIGMA, Q,
+                           False)
+    state = source.state_dict()
+    state["accountant"]["history"] = history
+    fresh = BudgetMonitor(PrivacyBucketsAccountant(), DELTA, 5.0, None, False, [], SIGMA, Q,
+                          False)
+    with pytest.raises(ValueError, match=r"state\['history'\]"):
+        fresh.load_state_dict(state)
+    assert fresh.accountant.history == [] and fresh.restored is None
+
+
+@pytest.mark.parametrize("part", [5, "x", [1]])
+def test_the_callbacks_restore_refuses_a_tracker_part_that_is_not_a_dict(part):
+    source = BudgetMonitor(PrivacyBucketsAccountant(), DELTA, 5.0, None, False, [], SIGMA, Q,
+                           False)
+    fresh = BudgetMonitor(PrivacyBucketsAccountant(), DELTA, 5.0, None, False, [], SIGMA, Q,
+                          False)
+    with pytest.raises(ValueError, match=r"state\['tracker'\]"):
+        fresh.load_state_dict(dict(source.state_dict(), tracker=part))
+    assert fresh.restored is None
+
+
+def test_a_state_without_mechanism_says_so():
+    state = accountant_state(tracker(3).accountant)
+    del state["mechanism"]
+    fresh = tracker()
+    with pytest.raises(ValueError, match="'mechanism'") as info:
+        fresh.load_state_dict({"step": 3, "accountant": state})
+    assert "None" not in str(info.value).split("got")[0]    # not "state_dict of None"
+    assert counters(fresh) == (0, 0, 0, 0, [])
+
+
+def test_a_good_state_still_loads():
+    source = tracker(3)
+    source.on_step()
+    fresh = tracker()
+    fresh.load_state_dict(source.state_dict())
+    assert fresh.accountant.history == source.accountant.history
+    assert (fresh.step, fresh.steps_seen) == (3, 1)
