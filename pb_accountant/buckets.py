@@ -973,7 +973,14 @@ class GroupedBuckets(BucketRepresentation):
         directions = grouped_directions(methods)
         if not directions:
             return ()
-        infinities = pair.infinity_masses()
+        # lower bounds on the infinity groups' masses: the computed ones less their
+        # certified error (relative and absolute, and 64u for the sum of the atoms); the
+        # rest of an atom stays in the top (bottom) group, where it only lowers the bound
+        # (a truncated Gaussian's, computed 6.7e-15 high, was a delta lower bound above
+        # the exact delta)
+        infinities = tuple(
+            max(0.0, m * (1.0 - pair.mass_relative_error - 64 * _U) - pair.mass_absolute_error)
+            for m in pair.infinity_masses())
         if not GroupedBuckets.reads_split_masses(pair):
             masses = leaf_masses(pair, cls.leaf_grid_points(grid), grid.log_factor)
             return (cls.from_masses(grid, *masses, infinities=infinities,
@@ -1112,9 +1119,33 @@ class GroupedBuckets(BucketRepresentation):
                               self.log_scale if log_scale is None else log_scale)
 
     def _product_infinities(self, other: "GroupedBuckets"):
-        """Events with a +inf (-inf) component: A-mass a1 + a2 - a1 a2 (B likewise)."""
-        return (self.a_inf + other.a_inf - self.a_inf * other.a_inf,
-                self.b_minf + other.b_minf - self.b_minf * other.b_minf)
+        """Events with a +inf (-inf) component: A-mass a1 M2 + a2 M1 - a1 a2, M the
+        operands' whole A-masses (B likewise), taken at certified lower bounds
+        (``_whole_mass_low``; the formula increases in every argument).  With M = 1 this
+        was a1 + a2 - a1 a2, which overstates the product where the masses sum to less
+        than 1 (a DiscretePair's floats may: 200 steps of (p, 1 - p) against (0, 1) gave
+        a delta lower bound 4.6e-15 above the exact one, and masses summing to 1 - 5e-10
+        a lower epsilon of inf).  Its rounding is charged in the error (``_propagate``)."""
+        out = []
+        for kind, a1, a2 in (("A", self.a_inf, other.a_inf), ("B", self.b_minf, other.b_minf)):
+            if a1 == 0.0 and a2 == 0.0:
+                out.append(0.0)
+                continue
+            m1, m2 = self._whole_mass_low(kind, a1), other._whole_mass_low(kind, a2)
+            out.append(max(a1 * m2 + a2 * m1 - a1 * a2, 0.0))
+        return tuple(out)
+
+    def _whole_mass_low(self, kind: str, atom: float) -> float:
+        """A certified lower bound on the reference's whole mass of side ``kind`` ("A" or
+        "B": the row, in true units, plus its infinity group ``atom``): the row's sum
+        less its relative and absolute errors (which cover the atom too) and the sum's
+        rounding (at most n u of it, whatever the order); 0 without that row."""
+        if kind not in self.kinds:
+            return 0.0
+        i = self.kinds.index(kind)
+        row = self.rows[i]
+        total = (float(row.sum()) + atom) * (1.0 - (len(row) + 2) * _U * 1.01)
+        return max(0.0, total * (1.0 - float(self.relative[i])) - float(self.error[i]))
 
     def row(self, kind: str) -> Optional[np.ndarray]:
         kinds = self.kinds
