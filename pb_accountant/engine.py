@@ -152,7 +152,8 @@ class PrivacyBuckets:
                 f"the infinity atoms (distinguishing events, mass beyond the grid) plus "
                 f"certified round-off carry {self.infinity_mass:.3g}, over 1% of "
                 f"delta={delta:.3g}; the upper bound counts them in full")
-        if self.buckets is not None and self.infinity_mass >= 1.0:
+        if self.buckets is not None and self.infinity_mass >= 1.0 and math.isinf(self.loss_cap):
+            # (with a pure-DP bound, epsilon is certified at most it and delta 0 from it on)
             notes.append("bounds cannot be certified below the trivial ones (delta 1, epsilon "
                          "inf): the infinity mass plus certified round-off is 1, the losses "
                          "are beyond the grid's range")
@@ -203,6 +204,9 @@ class PrivacyBuckets:
             return ()
         notes = list(self.notes())
         mass = self.infinity_mass
+        if (eps >= self.loss_cap).any():
+            notes.append(f"delta is 0 from epsilon {self.loss_cap:.6g} on, the history's "
+                         "largest total privacy loss (every pair's loss is bounded: pure DP)")
         trivial = up >= 1.0
         if trivial.any():
             where = eps[trivial]

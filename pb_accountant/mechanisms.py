@@ -1801,7 +1801,11 @@ class DiscretePair(MechanismPair):
         """The largest loss of an event A can produce (inf for a distinguishing event)
         and the least of one B can produce, each widened by its round-off
         (``_atom_loss_error``) and rounded outward; the probabilities are exact, so an
-        event of probability 0 is impossible."""
+        event of probability 0 is impossible.  A subclass, whose masses may be
+        approximations (a mass stored as 0 need not be 0), gets none unless it derives
+        its own."""
+        if type(self) is not DiscretePair:
+            return super().loss_bounds()
         losses, a, b = self._atoms()
         err = self._atom_loss_error(losses)
         hi = float(np.max(np.nextafter(losses[a > 0] + err[a > 0], np.inf)))

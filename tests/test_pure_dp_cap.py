@@ -150,3 +150,22 @@ def test_laplace_at_eps0_880_gets_the_pure_dp_upper_bound():
     assert bounds.upper == history_loss_cap([(Laplace(1 / 880.0), 2)])
     assert 1760.0 <= bounds.upper <= 1760.0 * (1 + 1e-15)
     assert 0.0 <= bounds.lower <= bounds.upper
+
+
+def test_delta_notes_follow_the_pure_dp_bound():
+    """Laplace at eps0 880: the grid certifies nothing (its infinity mass is 1), but from
+    the cap on delta is 0: the notes say so, not that no bound beats the trivial one."""
+    pb = compose([(Laplace(1 / 880.0), 2)], delta=1e-10)
+    db = pb.delta_bounds(np.array([100.0, 1761.0]))
+    assert list(db.upper) == [1.0, 0.0]
+    assert not any(n.startswith("bounds cannot be certified") for n in db.notes), db.notes
+    assert any(n.startswith("delta is 0 from epsilon 1760") for n in db.notes), db.notes
+
+
+def test_discrete_pair_subclasses_opt_in_to_the_cap():
+    """A subclass may store approximate masses: it gets no cap unless it derives one."""
+    class Approximate(DiscretePair):
+        pass
+    pair = Approximate((0.75, 0.25), (0.25, 0.75))
+    assert history_loss_cap([(pair, 2)]) == math.inf
+    assert history_loss_cap([(DiscretePair((0.75, 0.25), (0.25, 0.75)), 2)]) < math.inf
