@@ -1665,20 +1665,32 @@ class Laplace(MechanismPair):
         a, b, _, _ = self._continuous_with_error(t)
         return a, b
 
-    def _continuous_with_error(self, t):
+    def _end_points(self, t):
+        """(x, dx): 0, the outcomes (b t + s) / 2 of the losses ``t`` clipped to [0, s],
+        then s; and bounds on their round-off (three roundings; an end point clipped by
+        more than its round-off is exact, dx 0)."""
         s, b = self.sensitivity, self.scale
-        _, _, Z = self._bounds()
         t = np.asarray(t, dtype=float)
         raw = (b * t + s) / 2.0
         d = 3.0 * _U * (b * np.abs(t) + s) / 2.0 * 1.01
-        # end points clipped by more than their round-off d are exact
         inside = (raw > -d) & (raw < s + d)
-        x = np.concatenate(([0.0], np.clip(raw, 0.0, s), [s]))
+        return (np.concatenate(([0.0], np.clip(raw, 0.0, s), [s])),
+                np.concatenate(([0.0], np.where(inside, d, 0.0), [0.0])))
+
+    def _masses(self, x):
+        """A- and B-masses of the intervals between the points ``x`` (normalised)."""
+        _, _, Z = self._bounds()
+        s = self.sensitivity
+        return self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+
+    def _continuous_with_error(self, t):
+        b = self.scale
+        _, _, Z = self._bounds()
+        x, dx = self._end_points(t)
         # open interval (0, s): the end atoms are counted in _atoms
-        ma, mb = self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+        ma, mb = self._masses(x)
         # events within an end point's round-off (three roundings of (b t + s) / 2) may
         # belong to the neighbouring bucket: both densities are at most 1 / (2 b Z)
-        dx = np.concatenate(([0.0], np.where(inside, d, 0.0), [0.0]))
         edge = 2.0 * dx / (2.0 * b * Z) * 1.001 + UNDERFLOW_FLOOR
         rel = self.mass_relative_error
         return ma, mb, rel * ma + edge[:-1] + edge[1:], rel * mb + edge[:-1] + edge[1:]
@@ -1707,18 +1719,10 @@ class Laplace(MechanismPair):
         near -eps0 that is e^{eps0} times the A-mass there, and the split leaf passes it
         on to the B row times e^{eps0}, which kept every delta below about
         1e-13 e^{eps0} from an upper bound.)"""
-        s, b = self.sensitivity, self.scale
-        _, _, Z = self._bounds()
-        t = np.asarray(t, dtype=float)
-        raw = (b * t + s) / 2.0
-        d = 3.0 * _U * (b * np.abs(t) + s) / 2.0 * 1.01
-        inside = (raw > -d) & (raw < s + d)
-        x, dx = _monotone_end_points(np.concatenate(([0.0], np.clip(raw, 0.0, s), [s])),
-                                     np.concatenate(([0.0], np.where(inside, d, 0.0),
-                                                     [0.0])))
-        shift = dx[1:-1] * (2.0 / b) * 1.01
+        x, dx = _monotone_end_points(*self._end_points(t))
+        shift = dx[1:-1] * (2.0 / self.scale) * 1.01
         # open interval (0, s): the end atoms are counted in _atoms
-        ma, mb = self._cdf_mass(x[:-1], x[1:], s) / Z, self._cdf_mass(x[:-1], x[1:], 0.0) / Z
+        ma, mb = self._masses(x)
         rel = self.mass_relative_error
         floor = 2.0 * UNDERFLOW_FLOOR
         return ma, mb, rel * ma + floor, rel * mb + floor, shift

@@ -7,6 +7,14 @@ import mpmath
 mp = mpmath.mp
 
 
+def atoms_delta(atoms, eps):
+    """Exact delta(eps), both directions, of a composition given as its outcomes'
+    (A-mass, B-mass) in mpmath (the larger of A||B and B||A)."""
+    e = mp.exp(mp.mpf(float(eps)))
+    return max(sum(max(mp.mpf(0), p - e * q) for p, q in atoms),
+               sum(max(mp.mpf(0), q - e * p) for p, q in atoms))
+
+
 def gaussian_delta(eps, mu):
     """Exact delta(eps) of the Gaussian composition with mu = sqrt(T) / sigma."""
     with mp.workdps(60):

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from _closed_form import atoms_delta
 from _optional import given, settings, st
 from pb_accountant import DiscretePair, Laplace, SubsampledLaplace, compose
 from pb_accountant.buckets import SPACING_BITS, summable_spacing
@@ -37,20 +38,14 @@ def _atoms(a, b, r):
     return out
 
 
-def exact_delta(atoms, eps):
-    e = mp.exp(mp.mpf(float(eps)))
-    return max(sum(max(mp.mpf(0), p - e * q) for p, q in atoms),
-               sum(max(mp.mpf(0), q - e * p) for p, q in atoms))
-
-
 def _exact_epsilon(atoms, delta):
     """The least eps with exact delta(eps) <= delta (bisection on the exact curve)."""
     lo, hi = mp.mpf(0), mp.mpf(2000)
-    if exact_delta(atoms, 0) <= delta:
+    if atoms_delta(atoms, 0) <= delta:
         return lo
     for _ in range(200):
         mid = (lo + hi) / 2
-        if exact_delta(atoms, mid) <= delta:
+        if atoms_delta(atoms, mid) <= delta:
             hi = mid
         else:
             lo = mid
@@ -64,7 +59,7 @@ def _check(a, b, r, epsilons, deltas=(), **options):
     eps = np.array(epsilons, dtype=float)
     db = pb.delta_bounds(eps)
     for e, lo, up in zip(eps, db.lower, db.upper):
-        d = exact_delta(atoms, e)
+        d = atoms_delta(atoms, e)
         assert mp.mpf(float(lo)) <= d, (a, b, r, e, lo, d)
         assert mp.mpf(float(up)) >= d, (a, b, r, e, up, d)
     for delta in deltas:

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from _closed_form import atoms_delta
 from _optional import given, settings, st
 from pb_accountant import (DiscretePair, Gaussian, Laplace, RandomizedResponse,
                            SubsampledGaussian, compose, epsilon_bounds)
@@ -43,12 +44,6 @@ def _composed_atoms(history):
             pb *= y
         out.append((pa, pb))
     return out
-
-
-def _exact_delta(atoms, eps):
-    e = mp.exp(mp.mpf(float(eps)))
-    return max(sum(max(mp.mpf(0), p - e * q) for p, q in atoms),
-               sum(max(mp.mpf(0), q - e * p) for p, q in atoms))
 
 
 def _largest_total_loss(atoms):
@@ -104,7 +99,7 @@ def test_histograms_are_capped_at_their_exact_largest_loss(a, b, r, swapped, mir
     cap = history_loss_cap(history)
     assert mp.mpf(cap) >= exact
     assert mp.mpf(cap) <= exact + 1e-12 * (1 + abs(exact))
-    assert _exact_delta(atoms, cap) == 0
+    assert atoms_delta(atoms, cap) == 0
     pb = compose(history, delta=1e-15)
     db = pb.delta_bounds(np.array([cap, cap * 1.5 + 1.0]))
     assert np.all(db.upper == 0.0) and np.all(db.lower == 0.0)
@@ -114,7 +109,7 @@ def test_histograms_are_capped_at_their_exact_largest_loss(a, b, r, swapped, mir
     lo, hi = mp.mpf(0), mp.mpf(cap)
     for _ in range(90):
         mid = (lo + hi) / 2
-        if _exact_delta(atoms, mid) <= mp.mpf(1e-15):
+        if atoms_delta(atoms, mid) <= mp.mpf(1e-15):
             hi = mid
         else:
             lo = mid

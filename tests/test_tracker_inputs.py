@@ -26,21 +26,13 @@ def counters(t):
     return t.step, t.epoch, t.steps_seen, len(t.records), list(t.accountant.history)
 
 
+@pytest.mark.parametrize("method,name", [("on_step", "step"), ("on_epoch_end", "epoch")])
 @pytest.mark.parametrize("bad", [b for b in BAD_COUNTS if b is not None])
-def test_on_step_rejects_a_step_that_is_not_a_count(bad):
+def test_on_step_and_on_epoch_end_reject_what_is_not_a_count(method, name, bad):
     t = tracker(2)
     before = counters(t)
-    with pytest.raises(ValueError, match=r"step must be an integer >= 0"):
-        t.on_step(bad)
-    assert counters(t) == before
-
-
-@pytest.mark.parametrize("bad", [b for b in BAD_COUNTS if b is not None])
-def test_on_epoch_end_rejects_an_epoch_that_is_not_a_count(bad):
-    t = tracker(2)
-    before = counters(t)
-    with pytest.raises(ValueError, match=r"epoch must be an integer >= 0"):
-        t.on_epoch_end(bad)
+    with pytest.raises(ValueError, match=rf"{name} must be an integer >= 0"):
+        getattr(t, method)(bad)
     assert counters(t) == before
 
 
