@@ -40,7 +40,7 @@ from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussia
 from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
 
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
-           "sampled_pairs", "step_pairs", "shuffle_upper_pairs", "shuffle_lower_pairs",
+           "sampled_pairs", "step_pairs", "shuffle_layout", "shuffle_upper_pairs", "shuffle_lower_pairs",
            "epochs", "available_samplers", "SHUFFLE_NOTE", "GaussianNoise", "IntegerNoise",
            "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
            "bracket_lower_delta", "delta_bounds"]
@@ -380,6 +380,36 @@ def rate_mismatch_notes(history, a: Assumptions) -> Tuple[str, ...]:
             f"bound uses {used}: check that the sizes and the rates describe the same run",)
 
 
+SHUFFLE_DROP_LAST_NOTE = (
+    "upper bound without amplification by shuffling; the history's sample_rate is 1/floor(n/b), a loader with drop_last=True: "
+    "floor(n/b) batches per epoch and n mod b examples left out of each, so the upper "
+    "bound counts epochs of floor(n/b) steps and the lower bound is 0 (the max-of-batches "
+    "statistic assumes every example in a batch)")
+SHUFFLE_MIXED_NOTE = (
+    "upper bound without amplification by shuffling; the history's sample rates give epochs of both floor(n/b) (drop_last=True) "
+    "and other lengths, so the upper bound charges ceil(T / floor(n/b)) epochs of T steps "
+    "at the smallest sigma, and the lower bound is 0")
+
+
+def shuffle_layout(history, a: Assumptions) -> Tuple[int, str]:
+    """(steps per epoch, layout) of a shuffled run: "full" with ceil(n/b) steps
+    (drop_last=False, PyTorch's default), "drop_last" with floor(n/b) where every
+    sampled step's rate is 1/floor(n/b) (Opacus records 1/len(loader), and a loader with
+    drop_last=True has floor(n/b) batches), "mixed" with floor(n/b) where only some are.
+    Counting epochs of ceil(n/b) steps in a run of floor(n/b)-step epochs would charge
+    too few of them: the upper bound would not hold."""
+    n, b = a.dataset_size, a.batch_size
+    full = -(-n // b)
+    if n % b == 0:
+        return full, "full"
+    short = 1.0 / (n // b)
+    rates = [q for _, q, c in history if c and q > 0.0]
+    dropped = [abs(q - short) <= RATE_MATCH * short for q in rates]
+    if not any(dropped):
+        return full, "full"
+    return n // b, ("drop_last" if all(dropped) else "mixed")
+
+
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
                   dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
                   noise: NoiseOf = gaussian_noise) -> SampledPairs:
@@ -391,13 +421,24 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     a = check_assumptions(sampler, neighbouring, dataset_size, batch_size)
     notes: Tuple[str, ...] = rate_mismatch_notes(history, a)
     if a.sampler == "shuffle":
-        B = a.batches_per_epoch
+        B, layout = shuffle_layout(history, a)
+        if layout == "mixed":
+            # epochs of floor(n/b) or ceil(n/b) steps, the history does not say which
+            # where: at most ceil(T / floor(n/b)) epochs in T steps, each at most one
+            # unamplified Gaussian at the history's smallest sigma
+            steps = sum(int(c) for _, q, c in history if c and q > 0.0)
+            sens = 2 if a.neighbouring == "replace_one" else 1
+            sigma = min(s for s, q, c in history if c and q > 0.0)
+            upper = ((noise(sigma).shifted(sens), -(-steps // B)),)
+            return SampledPairs(upper, (), 0.0, 0, notes + (SHUFFLE_MIXED_NOTE,))
         upper = shuffle_upper_pairs(history, a.neighbouring, B, noise)
+        if layout == "drop_last":
+            return SampledPairs(upper, (), 0.0, 0, notes + (SHUFFLE_DROP_LAST_NOTE,))
+        notes += (SHUFFLE_NOTE,)
         lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
         rel = max((p.relative_error for p, _ in lower), default=0.0)
         count = sum(c for _, c in lower)
         total = sum(c for _, c in upper)
-        notes += (SHUFFLE_NOTE,)
         if count < total:
             notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
                       "and epochs whose noise varies are left out)",)
