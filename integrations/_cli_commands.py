@@ -827,6 +827,9 @@ def report(args) -> Data:
                                  plot=not args.no_plot and args.out is not None,
                                  title=args.title)
         except (ValueError, OSError) as exc:
-            raise UserError(f"{args.source}: {exc}") from None
+            message = str(exc)                  # a log's errors name the file already
+            if not message.startswith(args.source):
+                message = f"{args.source}: {message}"
+            raise UserError(message) from None
     return {"command": "report", "files": rep.files, "report": rep.data,
             "markdown": rep.markdown}

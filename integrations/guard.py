@@ -114,6 +114,38 @@ class _Plan:
         return extra
 
 
+def _check_max_epsilon(value) -> float:
+    """Any budget >= 0; inf is a guard that never stops (tracking only)."""
+    return check_real("max_epsilon", value, low=0.0, allow_inf=True)
+
+
+def _check_every_n_steps(value) -> Optional[int]:
+    """None (query as needed) or a count >= 1."""
+    return None if value is None else check_count("every_n_steps", value, minimum=1,
+                                                   maximum=MAX_STEPS)
+
+
+def _check_lookahead_margin(value) -> float:
+    """A fraction of the budget in [0, 1)."""
+    return check_real("lookahead_margin", value, low=0.0, high=1.0, high_open=True)
+
+
+def _setting(name: str, check, doc: str) -> property:
+    """A guard setting: assigning it validates the value as the constructor does, then
+    drops the look-ahead (certified under the old settings, it must be made again)."""
+    private = "_" + name
+
+    def get(self):
+        return getattr(self, private)
+
+    def set_(self, value) -> None:
+        value = check(value)                          # raises before anything changes
+        setattr(self, private, value)
+        self._drop_lookahead()
+
+    return property(get, set_, doc=doc)
+
+
 class BudgetGuard:
     """Refuses any step after which the certified eps_upper at ``delta`` > ``max_epsilon``.
 
@@ -133,29 +165,41 @@ class BudgetGuard:
         lookahead_margin: a look-ahead lets steps through without a query only while
             its certified bound is <= ``max_epsilon * (1 - lookahead_margin)``, so that
             the numerical slack of the bounds cannot move the stopping step.
+
+    ``max_epsilon``, ``delta``, ``mode``, ``every_n_steps``, ``lookahead`` and
+    ``lookahead_margin`` may be changed later (for example to raise the budget, then
+    :meth:`reset`): each new value is validated as the constructor does, and the
+    look-ahead made under the old ones is dropped, so the next step is certified anew.
     """
+
+    max_epsilon = _setting("max_epsilon", _check_max_epsilon,
+                           "The budget (a step reaching exactly it is allowed).")
+    delta = _setting("delta", check_delta, "The delta of the budget.")
+    mode = _setting("mode", lambda value: check_choice("mode", value, MODES),
+                    '"raise" or "stop".')
+    every_n_steps = _setting("every_n_steps", _check_every_n_steps,
+                             "Query once per n steps (None: as needed).")
+    lookahead = _setting("lookahead", bool, "Whether the certified look-ahead is used.")
+    lookahead_margin = _setting("lookahead_margin", _check_lookahead_margin,
+                                "Relative distance to the budget below which a look-ahead "
+                                "lets steps through without a query.")
 
     def __init__(self, accountant: Any, max_epsilon: float, delta: float, mode: str = "raise",
                  *, noise_multiplier: Optional[float] = None,
                  sample_rate: Optional[float] = None, every_n_steps: Optional[int] = None,
                  lookahead: bool = True, lookahead_margin: float = 1e-3):
-        check_choice("mode", mode, MODES)
-        # any budget >= 0; inf is a guard that never stops (tracking only)
-        max_epsilon = check_real("max_epsilon", max_epsilon, low=0.0, allow_inf=True)
-        every = None if every_n_steps is None else check_count("every_n_steps", every_n_steps,
-                                                                  minimum=1, maximum=MAX_STEPS)
-        margin = check_real("lookahead_margin", lookahead_margin, low=0.0, high=1.0,
-                            high_open=True)
+        # every setting is validated before anything is stored (the properties above
+        # validate later changes the same way)
+        self._mode = check_choice("mode", mode, MODES)
+        self._max_epsilon = _check_max_epsilon(max_epsilon)
+        self._delta = check_delta(delta)
+        self._every_n_steps = _check_every_n_steps(every_n_steps)
+        self._lookahead = bool(lookahead)
+        self._lookahead_margin = _check_lookahead_margin(lookahead_margin)
         self._engine_like = resolve_accountant(accountant) is not accountant
         self._source = accountant
-        self.max_epsilon = float(max_epsilon)
-        self.delta = check_delta(delta)
-        self.mode = mode
         self.noise_multiplier = noise_multiplier
         self.sample_rate = sample_rate
-        self.every_n_steps = every
-        self.lookahead = bool(lookahead)
-        self.lookahead_margin = margin
         self.should_stop = False
         self.last_check: Optional[EpsilonBounds] = None      # bounds of the last query
         self.refused: Optional[EpsilonBounds] = None         # bounds of the refused step
@@ -423,8 +467,12 @@ class BudgetGuard:
         self.should_stop = False
         self.refused = None
         self.stop_message = None
+        self._drop_lookahead()
+
+    def _drop_lookahead(self) -> None:
+        """Forget the look-ahead plan and what predicted it (made under other settings)."""
         self._plan = None
-        self._points, self._span = [], 0
+        self._points, self._span, self._curve, self._memo = [], 0, None, None
 
     # -- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict:

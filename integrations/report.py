@@ -21,6 +21,9 @@ add/remove) gives the exact history and certified bounds; from a sparser log the
 history between lines is unknown, so the report is labelled an approximation: its
 upper bound is at least the largest eps_upper the tracker logged (certified for the
 real history) and, where the log's delta allows, the logged certified values are used.
+Every field of every record is checked as the tracker writes it (a malformed log raises
+ValueError naming the file, the line and the field; fields the tracker does not write
+are ignored, a record needs only 'step' and 'eps_upper').
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pb_accountant._validation import check_array, check_delta
+from pb_accountant._validation import (MAX_STEPS, check_array, check_count, check_delta,
+                                      check_noise_multiplier, check_real, check_sample_rate)
 
 __all__ = ["privacy_report", "PrivacyReport", "DEFAULT_DELTAS", "load_source"]
 
@@ -42,6 +46,7 @@ DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
 #: false-positive rates of the attack-risk table
 DEFAULT_FPR = (1e-3, 1e-2, 0.1)
 _DEFAULT_ASSUMPTIONS = {"sampler": "poisson", "neighbouring": "add_remove"}
+_ASSUMPTION_KEYS = frozenset({"sampler", "neighbouring", "dataset_size", "batch_size"})
 _RELATION_TEXT = {"add_remove": "adding or removing one example",
                   "replace_one": "replacing one example by another",
                   "replace_special": "replacing one example by a special (zero) element"}
@@ -62,8 +67,20 @@ def _accountant_from_state(state: Mapping):
     if "history" not in state:
         raise ValueError("source state_dict must have the key 'history' (a list of "
                          f"(noise_multiplier, sample_rate, num_steps)), got keys {sorted(state)!r}")
-    options = dict(state.get("options") or {})
-    assumptions = dict(state.get("assumptions") or {})
+    options = state.get("options", {})
+    if not isinstance(options, Mapping):
+        raise ValueError(f"state_dict['options'] must be a mapping of option names to "
+                         f"values, got {options!r}")
+    assumptions = state.get("assumptions")
+    assumptions = {} if assumptions is None else assumptions      # Opacus-style: poisson
+    if not isinstance(assumptions, Mapping):
+        raise ValueError(f"state_dict['assumptions'] must be a mapping with the keys "
+                         f"{sorted(_ASSUMPTION_KEYS)!r}, got {assumptions!r}")
+    unknown = sorted(set(assumptions) - _ASSUMPTION_KEYS)
+    if unknown:
+        raise ValueError(f"state_dict['assumptions'] has unknown key(s) {unknown!r}; known: "
+                         f"{sorted(_ASSUMPTION_KEYS)!r}")
+    options, assumptions = dict(options), dict(assumptions)
     try:
         acc = PrivacyBucketsAccountant(**assumptions, **options)
     except ValueError as exc:
@@ -79,8 +96,65 @@ def _accountant_from_state(state: Mapping):
     return acc
 
 
-def _read_log(lines: Sequence[str], where: str) -> List[dict]:
-    records = []
+def _logged_epsilon(name: str, value) -> float:
+    """An epsilon as JSONLinesSink writes it: a number >= 0, or "inf" (never NaN)."""
+    return check_real(name, math.inf if value == "inf" else value, low=0.0, allow_inf=True)
+
+
+def _text(name: str, value) -> str:
+    """A name or word the tracker writes (a string)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _optional(check):
+    """``check`` for a field the tracker writes as null when it has no value."""
+    return lambda name, value: None if value is None else check(name, value)
+
+
+#: the checks of a tracker log record's fields (BudgetRecord.as_json_dict); a field
+#: that is present must pass its check (extra fields are ignored)
+_RECORD_FIELDS = {
+    "step": lambda name, value: check_count(name, value, maximum=MAX_STEPS),
+    "epoch": _optional(check_count),
+    "delta": lambda name, value: check_delta(value, name),
+    "eps_lower": _logged_epsilon,
+    "eps_upper": _logged_epsilon,
+    "noise_multiplier": _optional(lambda name, value: check_noise_multiplier(value, name)),
+    "sample_rate": _optional(lambda name, value: check_sample_rate(value, name)),
+    "event": _text,
+    "time": lambda name, value: check_real(name, value),
+    # names, not choices: another accountant or loader may name its own ("unknown",
+    # "sequential"); any but poisson / add_remove makes the rebuilt history approximate
+    "sampler": _text,
+    "neighbouring": _text,
+    "loader_sampler": _optional(_text),
+    "loader_eps_lower": _optional(_logged_epsilon),
+    "loader_eps_upper": _optional(_logged_epsilon),
+    "loader_neighbouring": _optional(_text),
+}
+
+
+def _check_record(rec: dict) -> None:
+    """ValueError naming the first malformed field of a tracker log record."""
+    for key in ("step", "eps_upper"):
+        if key not in rec:
+            raise ValueError(f"the field {key!r} is missing (a budget record needs 'step' "
+                             "and 'eps_upper')")
+    checked = {key: check(key, rec[key]) for key, check in _RECORD_FIELDS.items()
+               if key in rec}
+    for low, up in (("eps_lower", "eps_upper"), ("loader_eps_lower", "loader_eps_upper")):
+        lower, upper = checked.get(low), checked.get(up)
+        if lower is not None and upper is not None and lower > upper:
+            raise ValueError(f"{low} must be <= {up}={rec[up]!r}, got {rec[low]!r}")
+
+
+def _read_log(lines: Sequence[str], where: str) -> Tuple[List[dict], List[int]]:
+    """(records, their line numbers) of a tracker log, each record checked field by
+    field (ValueError naming the file, the line and the field); of a log appended to by
+    several runs, the last run."""
+    records, numbers = [], []
     for i, line in enumerate(lines):
         line = line.strip()
         if not line:
@@ -89,10 +163,15 @@ def _read_log(lines: Sequence[str], where: str) -> List[dict]:
             rec = json.loads(line)
         except ValueError:
             raise ValueError(f"{where}: line {i + 1} is not JSON") from None
-        if not isinstance(rec, dict) or "step" not in rec or "eps_upper" not in rec:
-            raise ValueError(f"{where}: line {i + 1} is not a budget record (needs 'step' "
-                             "and 'eps_upper')")
+        if not isinstance(rec, dict):
+            raise ValueError(f"{where}: line {i + 1} is not a budget record (a JSON object "
+                             f"with 'step' and 'eps_upper'), got {rec!r}")
+        try:
+            _check_record(rec)
+        except ValueError as exc:
+            raise ValueError(f"{where}: line {i + 1}: {exc}") from None
         records.append(rec)
+        numbers.append(i + 1)
     if not records:
         raise ValueError(f"{where}: the tracker log holds no records")
     # a log appended to by several runs: keep the last run (steps restart)
@@ -100,25 +179,28 @@ def _read_log(lines: Sequence[str], where: str) -> List[dict]:
     for i in range(1, len(records)):
         if int(records[i]["step"]) < int(records[i - 1]["step"]):
             start = i
-    return records[start:]
+    return records[start:], numbers[start:]
 
 
-def _history_from_log(records: List[dict]) -> Tuple[List[Tuple[float, float, int]], List[str], bool]:
+def _history_from_log(records: List[dict], numbers: Sequence[int], where: str
+                      ) -> Tuple[List[Tuple[float, float, int]], List[str], bool]:
     """(history, notes, exact): exact only with a record for every step (what changed
-    inside a longer interval is not in the log) and the default sampler/relation."""
+    inside a longer interval is not in the log) and the default sampler/relation.
+    The records were checked by ``_read_log``."""
     history: List[Tuple[float, float, int]] = []
     notes: List[str] = []
     previous = 0
     exact = True
-    for rec in records:
+    for rec, number in zip(records, numbers):
         step = int(rec["step"])
         k = step - previous
         if k <= 0:
             continue
         sigma, q = rec.get("noise_multiplier"), rec.get("sample_rate")
         if sigma is None or q is None:
-            raise ValueError(f"tracker log record at step {step} has no noise_multiplier/"
-                             "sample_rate: the history cannot be rebuilt")
+            missing = "noise_multiplier" if sigma is None else "sample_rate"
+            raise ValueError(f"{where}: line {number}: the record at step {step} has no "
+                             f"{missing}: the history of its {k} step(s) cannot be rebuilt")
         if k > 1:
             exact = False
         if rec.get("sampler", "poisson") != "poisson" or \
@@ -178,6 +260,9 @@ def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
                 text = fh.read()
         except OSError as exc:
             raise ValueError(f"source: cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"source: {path} is not UTF-8 text (a JSON state_dict or "
+                             f"tracker log): {exc.reason} at byte {exc.start}") from None
         try:
             state = json.loads(text)
         except ValueError:
@@ -188,8 +273,8 @@ def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
             # a BudgetTracker.state_dict()
             return (_accountant_from_state(state["accountant"]),
                     {"kind": "tracker_state", "path": path}, [])
-        records = _read_log(text.splitlines(), path)
-        history, notes, exact = _history_from_log(records)
+        records, numbers = _read_log(text.splitlines(), path)
+        history, notes, exact = _history_from_log(records, numbers, path)
         acc = PrivacyBucketsAccountant()
         acc.history = history
         last = records[-1]

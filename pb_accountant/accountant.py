@@ -90,6 +90,10 @@ class PrivacyBucketsAccountant:
 
     ``history`` is a plain list of ``(noise_multiplier, sample_rate, num_steps)``
     tuples; assigning it (lists of tuples or JSON lists of lists) validates it first.
+    It is the live list, as with Opacus's accountants, so an entry appended or changed
+    in place is validated when the history is next used: every query, ``len``,
+    ``state_dict`` and pickling raise a ValueError naming a malformed entry, so it never
+    reaches a bound, a step count or a checkpoint.
     Thread-safe: ``step`` and every query may run concurrently on one accountant and
     each answer is bitwise what a single thread gets for the history it saw
     (docs/method.md §8).  Pickling, ``deepcopy`` and ``state_dict`` carry the history,
@@ -110,9 +114,11 @@ class PrivacyBucketsAccountant:
         self._history: List[Tuple[float, float, int]] = []
         self._composer = Composer(self.options)
 
-    # -- history: validated when assigned -----------------------------------------------
+    # -- history: validated when assigned, and when used ---------------------------------
     @property
     def history(self) -> List[Tuple[float, float, int]]:
+        """The live list (Opacus code reads, appends to and assigns it); see the class
+        docstring for when in-place changes are validated."""
         return self._history
 
     @history.setter
@@ -138,14 +144,22 @@ class PrivacyBucketsAccountant:
         return self._assumptions.as_dict()
 
     def _snapshot(self) -> List[Tuple[float, float, int]]:
+        """A validated copy of the history (ValueError naming a malformed entry): the
+        live list may have been changed in place, bypassing the setter."""
         with self._lock:
-            return list(self._history)
+            history = list(self._history)
+        # an entry that is the very tuple of (float, float, int) validated last time
+        # is taken as it was (immutable): a long history is not checked anew per query
+        seen, checked = getattr(self, "_checked", ((), ()))
+        out = [checked[i] if (i < len(seen) and entry is seen[i] and _is_plain(entry))
+               else _validated_entry(entry, i) for i, entry in enumerate(history)]
+        self._checked = (history, out)      # (one assignment: threads see either pair)
+        return out
 
     # -- pickling and copying: history and options only --------------------------------
     def __getstate__(self):
-        with self._lock:
-            return {"history": list(self._history), "options": _options_dict(self.options),
-                    "assumptions": self._assumptions.as_dict()}
+        return {"history": self._snapshot(), "options": _options_dict(self.options),
+                "assumptions": self._assumptions.as_dict()}
 
     def __setstate__(self, state) -> None:
         self._assumptions = check_assumptions(**state.get("assumptions", {}))
@@ -186,7 +200,7 @@ class PrivacyBucketsAccountant:
 
     def __len__(self) -> int:
         """Number of optimisation steps recorded (not of history entries)."""
-        return int(sum(int(entry[2]) for entry in self._snapshot()))
+        return sum(count for _, _, count in self._snapshot())
 
     def get_epsilon(self, delta: float, *args: Any, **kwargs: Any) -> float:
         """Certified upper bound on epsilon at ``delta``; unknown keywords are ignored."""
@@ -477,6 +491,13 @@ def _validated_entry(entry, i: int) -> Tuple[float, float, int]:
     sigma, q = _validate_step(sigma, q, where=f"history[{i}] ")
     count = check_count(f"history[{i}] num_steps", count, maximum=MAX_STEPS)
     return sigma, q, count
+
+
+def _is_plain(entry) -> bool:
+    """Whether ``entry`` is a tuple of exactly (float, float, int): nothing in it can
+    change after it was validated."""
+    return (type(entry) is tuple and len(entry) == 3 and type(entry[0]) is float
+            and type(entry[1]) is float and type(entry[2]) is int)
 
 
 def _validated_history(history) -> List[Tuple[float, float, int]]:

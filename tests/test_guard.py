@@ -303,6 +303,53 @@ def test_a_history_changed_behind_the_guards_back_is_rechecked():
     assert not guard.check(noise_multiplier=SIGMA, sample_rate=Q)   # 31 steps would exceed
 
 
+def guard_with_a_plan(**kwargs):
+    """A guard whose look-ahead covers the next steps at (SIGMA, Q), and its accountant."""
+    acc = PrivacyBucketsAccountant()
+    guard = BudgetGuard(acc, 10.0, DELTA, mode="stop", **kwargs)
+    assert guard.check(noise_multiplier=SIGMA, sample_rate=Q)
+    acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+    assert guard._plan is not None and guard._plan.covered > 1
+    return acc, guard
+
+
+@pytest.mark.parametrize("change", [{"max_epsilon": 0.5}, {"delta": 1e-300},
+                                    {"every_n_steps": 1, "lookahead": False}])
+def test_a_budget_changed_after_the_plan_is_rechecked(change):
+    acc, guard = guard_with_a_plan()
+    for name, value in change.items():
+        setattr(guard, name, value)
+    exact = acc.epsilon_after(guard.delta, noise_multiplier=SIGMA, sample_rate=Q).upper
+    queries = guard.queries
+    assert guard.check(noise_multiplier=SIGMA, sample_rate=Q) == (exact <= guard.max_epsilon)
+    assert guard.queries > queries                  # the old look-ahead was not used
+    if "max_epsilon" in change:
+        assert not guard.allows(noise_multiplier=SIGMA, sample_rate=Q) and guard.should_stop
+
+
+def test_raising_the_budget_then_reset_goes_on():
+    acc, guard = guard_with_a_plan()
+    guard.max_epsilon = 0.5
+    assert not guard.check(noise_multiplier=SIGMA, sample_rate=Q)
+    guard.max_epsilon = 20.0
+    guard.reset()
+    assert guard.check(noise_multiplier=SIGMA, sample_rate=Q) and guard.max_epsilon == 20.0
+
+
+@pytest.mark.parametrize("name,value", [
+    ("max_epsilon", -1.0), ("max_epsilon", float("nan")), ("max_epsilon", "3"),
+    ("max_epsilon", True), ("delta", 0.0), ("delta", 1.0), ("delta", None), ("mode", "warn"),
+    ("every_n_steps", 0), ("every_n_steps", 1.5), ("lookahead_margin", 1.0),
+    ("lookahead_margin", -0.1),
+])
+def test_a_bad_new_setting_is_refused_before_anything_changes(name, value):
+    acc, guard = guard_with_a_plan()
+    before, plan = getattr(guard, name), guard._plan
+    with pytest.raises(ValueError, match=name):
+        setattr(guard, name, value)
+    assert getattr(guard, name) == before and guard._plan is plan
+
+
 @pytest.mark.parametrize("n", [1, 4, 7])
 def test_every_n_steps_without_lookahead_may_overspend_up_to_n_minus_1(n):
     k = 10

@@ -248,6 +248,37 @@ def test_step_refuses_to_extend_an_entry_corrupted_in_place():
         acc.step(noise_multiplier=1.0, sample_rate=0.01)
 
 
+@pytest.mark.parametrize("bad,field", [
+    ((1.0, 0.01, 2.5), "num_steps"), ((1.0, 0.01, None), "num_steps"),
+    (("x", 0.01, 3), "noise_multiplier"), ((1.0, float("nan"), 3), "sample_rate"),
+    ((1.0, 0.01), "must be"), (None, "must be"),
+])
+def test_an_entry_appended_in_place_is_validated_before_any_use(bad, field):
+    """The live list bypasses the setter: a malformed entry is named by every use of the
+    history (a count, a checkpoint, a copy, a bound), never silently counted or saved."""
+    acc = fresh([(1.0, 0.01, 3)])
+    before = acc.get_epsilon_bounds(DELTA)
+    acc.history.append(bad)
+    uses = [len, lambda a: a.state_dict(), pickle.dumps, copy.deepcopy,
+            lambda a: a.get_epsilon(DELTA), lambda a: a.get_epsilon_bounds(DELTA),
+            lambda a: a.get_delta_bounds(1.0),
+            lambda a: a.epsilon_after(DELTA, noise_multiplier=1.0, sample_rate=0.01)]
+    for use in uses:
+        with pytest.raises(ValueError, match=rf"history\[1\].*{field}"):
+            use(acc)
+    acc.history.pop()                                     # repaired: the same bits again
+    assert tuple(acc.get_epsilon_bounds(DELTA)) == tuple(before) and len(acc) == 3
+
+
+def test_numpy_entries_appended_in_place_are_saved_as_plain_numbers():
+    acc = fresh([(1.0, 0.01, 3)])
+    acc.history.append((np.float64(2.0), np.float32(0.5), np.int64(2)))
+    state = json.loads(json.dumps(acc.state_dict()))     # JSON-serialisable
+    assert state["history"] == [[1.0, 0.01, 3], [2.0, 0.5, 2]] and len(acc) == 5
+    same = fresh([(1.0, 0.01, 3), (2.0, 0.5, 2)])
+    assert tuple(acc.get_epsilon_bounds(DELTA)) == tuple(same.get_epsilon_bounds(DELTA))
+
+
 def test_pickle_and_deepcopy_carry_history_and_options_only():
     acc = fresh([(1.0, 0.02, 300)], resolution=0.02)
     before = acc.get_epsilon_bounds(DELTA)

@@ -2,6 +2,7 @@
 subcommands: every source kind, the content a model card needs, files, errors."""
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -304,3 +305,98 @@ def test_report_from_the_dp_accounting_adapter():
     b = acc.get_epsilon_bounds(1e-5)
     assert (rep.data["epsilon"][0]["lower"], rep.data["epsilon"][0]["upper"]) == (b.lower, b.upper)
     assert "LaplaceDpEvent" in rep.markdown
+
+
+# -- malformed tracker logs and state files: a ValueError (CLI: exit 2, one line) naming
+# the file, the line and the field, never an internal error ----------------------------
+GOOD_RECORD = {"step": 1, "epoch": 0, "delta": 1e-5, "eps_lower": 0.1, "eps_upper": 0.5,
+               "noise_multiplier": 1.0, "sample_rate": 0.01, "event": "step", "time": 0.0,
+               "sampler": "poisson", "neighbouring": "add_remove", "loader_sampler": None,
+               "loader_eps_lower": None, "loader_eps_upper": None,
+               "loader_neighbouring": None}
+NAN, INF = float("nan"), float("inf")
+
+
+def write_log(path, second):
+    """A log whose second line is ``second`` (a record's changes, or a raw line)."""
+    line = second if isinstance(second, str) else json.dumps({**GOOD_RECORD, "step": 2,
+                                                              **second})
+    path.write_text(json.dumps(GOOD_RECORD) + "\n" + line + "\n")
+    return path
+
+
+@pytest.mark.parametrize("second,field", [
+    ({"step": None}, "step"), ({"step": -1}, "step"), ({"step": 1.5}, "step"),
+    ({"step": True}, "step"), ({"step": "3"}, "step"), ({"step": INF}, "step"),
+    ({"step": [2]}, "step"), ({"step": 10 ** 30}, "step"),
+    ({"eps_upper": NAN}, "eps_upper"), ({"eps_upper": "nan"}, "eps_upper"),
+    ({"eps_upper": -INF}, "eps_upper"), ({"eps_upper": None}, "eps_upper"),
+    ({"eps_lower": "nan"}, "eps_lower"), ({"eps_lower": 2.0, "eps_upper": 1.0}, "eps_lower"),
+    ({"delta": [1e-5]}, "delta"), ({"delta": NAN}, "delta"), ({"delta": 0}, "delta"),
+    ({"noise_multiplier": {"a": 1}}, "noise_multiplier"),
+    ({"noise_multiplier": True}, "noise_multiplier"), ({"noise_multiplier": None}, "noise_multiplier"),
+    ({"sample_rate": [0.1]}, "sample_rate"), ({"sample_rate": "0.1"}, "sample_rate"),
+    ({"sampler": 5}, "sampler"), ({"neighbouring": None}, "neighbouring"),
+    ({"epoch": -1}, "epoch"), ({"event": 3}, "event"), ({"time": NAN}, "time"),
+    ({"loader_eps_upper": "x"}, "loader_eps_upper"), ({"loader_sampler": 1}, "loader_sampler"),
+    ("{oops", "not JSON"), ("[1, 2]", "not a budget record"), ("null", "not a budget record"),
+    ('{"eps_upper": 0.5}', "'step' is missing"),
+])
+def test_malformed_tracker_log_is_a_user_error(tmp_path, capsys, second, field):
+    log = write_log(tmp_path / "run.jsonl", second)
+    with pytest.raises(ValueError, match=f"run.jsonl: line 2.*{field}"):
+        load_source(str(log))
+    status, out, err = cli(capsys, "report", log)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and "internal error" not in err
+    assert f"{log}: line 2" in err and field in err
+    assert err.count(str(log)) == 1                  # the file named once, not twice
+
+
+def test_a_malformed_record_of_an_earlier_run_is_an_error_too(tmp_path):
+    log = tmp_path / "run.jsonl"
+    first = dict(GOOD_RECORD, step=10 ** 30)          # was taken as a run that restarted
+    log.write_text(json.dumps(first) + "\n" + json.dumps(GOOD_RECORD) + "\n")
+    with pytest.raises(ValueError, match="line 1: step must be an integer"):
+        load_source(str(log))
+
+
+def test_the_logged_non_finite_epsilon_is_accepted(tmp_path):
+    """JSONLinesSink writes an uncertifiable epsilon as "inf": a valid record."""
+    log = write_log(tmp_path / "run.jsonl", {"eps_lower": "inf", "eps_upper": "inf"})
+    acc, info, _ = load_source(str(log))
+    assert acc.history == [(1.0, 0.01, 2)] and info["records"] == 2 and info["exact"]
+
+
+def test_samplers_the_tracker_may_name_are_accepted(tmp_path):
+    """A loader the tracker could not recognise is logged as "unknown" (another
+    accountant may name its own sampler): valid, and an approximation when not poisson."""
+    log = write_log(tmp_path / "run.jsonl", {"loader_sampler": "unknown",
+                                             "loader_eps_lower": 0.0, "loader_eps_upper": "inf"})
+    assert load_source(str(log))[1]["exact"]
+    log = write_log(tmp_path / "run.jsonl", {"sampler": "sequential"})
+    assert not load_source(str(log))[1]["exact"]
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"options": 5}, "state_dict['options']"), ({"options": "x"}, "state_dict['options']"),
+    ({"options": [1]}, "state_dict['options']"), ({"assumptions": 5}, "state_dict['assumptions']"),
+    ({"assumptions": [1]}, "state_dict['assumptions']"),
+    ({"assumptions": {"samplr": "poisson"}}, "state_dict['assumptions']"),
+])
+@pytest.mark.parametrize("tracker", [False, True])
+def test_malformed_state_file_is_a_user_error(tmp_path, capsys, change, field, tracker):
+    state = dict(accountant([(1.0, 0.05, 3)]).state_dict(), **change)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"accountant": state} if tracker else state))
+    with pytest.raises(ValueError, match=re.escape(field)):
+        load_source(str(path))
+    status, out, err = cli(capsys, "report", path)
+    assert status == 2 and err.count("\n") == 1 and field in err and "internal" not in err
+
+
+def test_a_file_that_is_not_text_is_a_user_error(tmp_path, capsys):
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"\x80\x81\xff\x00")
+    status, out, err = cli(capsys, "report", path)
+    assert status == 2 and "not UTF-8 text" in err and err.count("\n") == 1
