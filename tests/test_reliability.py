@@ -270,6 +270,22 @@ def test_an_entry_appended_in_place_is_validated_before_any_use(bad, field):
     assert tuple(acc.get_epsilon_bounds(DELTA)) == tuple(before) and len(acc) == 3
 
 
+def test_an_earlier_entry_replaced_in_place_is_validated_after_queries():
+    """Entries validated by an earlier query are taken as they were only while they are
+    the same immutable tuples: one replaced (or a list changed in place) is checked."""
+    acc = fresh([(1.0, 0.01, 3), (1.5, 0.02, 4), (2.0, 0.01, 5)])
+    acc.get_epsilon_bounds(DELTA)
+    acc.history[0] = (1.0, 0.01, -1)
+    with pytest.raises(ValueError, match=r"history\[0\] num_steps"):
+        len(acc)
+    entry = [1.0, 0.01, 3]
+    acc.history[0] = entry
+    assert len(acc) == 12
+    entry[2] = 2.5
+    with pytest.raises(ValueError, match=r"history\[0\] num_steps"):
+        acc.get_epsilon_bounds(DELTA)
+
+
 def test_numpy_entries_appended_in_place_are_saved_as_plain_numbers():
     acc = fresh([(1.0, 0.01, 3)])
     acc.history.append((np.float64(2.0), np.float32(0.5), np.int64(2)))
