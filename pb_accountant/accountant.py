@@ -483,6 +483,8 @@ def _options_dict(options: BucketOptions) -> dict:
 
 def _validated_entry(entry, i: int) -> Tuple[float, float, int]:
     try:
+        if not isinstance(entry, (tuple, list, np.ndarray)):
+            raise TypeError     # (a set or dict has no order: its three values are no entry)
         sigma, q, count = entry
     except (TypeError, ValueError):
         raise ValueError(

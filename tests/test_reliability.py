@@ -286,6 +286,17 @@ def test_an_earlier_entry_replaced_in_place_is_validated_after_queries():
         acc.get_epsilon_bounds(DELTA)
 
 
+@pytest.mark.parametrize("entry", [{1.0, 0.5, 3}, {"sigma": 1.0, "q": 0.5, "steps": 3},
+                                   "abc", iter((1.0, 0.5, 3))])
+def test_an_entry_without_order_is_refused(entry):
+    """A set or dict of three values unpacks in no defined order (a set of {1.0, 0.5, 3}
+    read as sigma 0.5, q 1.0): it is refused, not read."""
+    acc = fresh([])
+    with pytest.raises(ValueError, match=r"history\[0\] must be \(noise_multiplier"):
+        acc.history = [entry]
+    assert acc.history == []
+
+
 def test_numpy_entries_appended_in_place_are_saved_as_plain_numbers():
     acc = fresh([(1.0, 0.01, 3)])
     acc.history.append((np.float64(2.0), np.float32(0.5), np.int64(2)))
