@@ -762,7 +762,8 @@ def _fprs(values) -> List[float]:
     values = list(values) if values else ["1e-3", "1e-2", "0.1"]
     if len(values) > MAX_FPR:
         raise UserError(f"--fpr takes at most {MAX_FPR} values")
-    return [number("--fpr", v, low=0.0, high=1.0, low_open=True, fraction=True) for v in values]
+    from pb_accountant.tradeoff import MIN_FPR        # (the library's range: one home)
+    return [number("--fpr", v, low=MIN_FPR, high=1.0, fraction=True) for v in values]
 
 
 def _png_path(path: Optional[str]) -> Optional[str]:

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import math
 import sys
+from fractions import Fraction
 
 _TARGET = "opacus.accountants"
 _ENGINE = "opacus.privacy_engine"
@@ -169,7 +171,7 @@ def _wrap_get_noise_multiplier() -> None:
                 raise ValueError(f"epochs / sample_rate must give 1 to {MAX_STEPS} steps, "
                                  f"got epochs={epochs!r} / sample_rate={sample_rate!r} = "
                                  f"{total!r}")
-            steps = int(total)
+            steps = min(steps_of_epochs(epochs, sample_rate), MAX_STEPS)
         return calibrated_noise_multiplier(
             target_epsilon=target_epsilon, target_delta=target_delta,
             sample_rate=sample_rate, steps=steps, epsilon_tolerance=epsilon_tolerance,
@@ -184,6 +186,19 @@ def _wrap_get_noise_multiplier() -> None:
     engine = sys.modules.get("opacus.privacy_engine")
     if engine is not None and getattr(engine, "get_noise_multiplier", None) is original:
         engine.get_noise_multiplier = get_noise_multiplier
+
+
+def steps_of_epochs(epochs: float, sample_rate: float) -> int:
+    """The steps of ``epochs`` epochs at ``sample_rate``.  Opacus passes 1/len(loader),
+    and the float quotient epochs / rate may fall just below the whole number of steps
+    the run takes (1 / fl(1/93) = 92.99...: int() calibrated one step too few, and the
+    run's certified epsilon exceeded the target), so a rate that is the float of 1/n
+    counts n steps per epoch exactly; a fraction of a step is rounded up (more steps
+    is the conservative side)."""
+    n = round(1.0 / sample_rate)
+    exact = (Fraction(epochs) * n if n >= 1 and 1.0 / n == sample_rate
+             else Fraction(epochs) / Fraction(sample_rate))
+    return max(1, math.ceil(exact))
 
 
 class _RegisterOnImport(importlib.abc.MetaPathFinder):

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Tuple
 from ._validation import MAX_STEPS, check_count, check_delta, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant
 from .mechanisms import MAX_NOISE, MIN_NOISE
-from .samplers import check_assumptions
+from .samplers import check_assumptions, sampled_pairs
 
 __all__ = ["NoiseCalibration", "StepsCalibration", "find_noise_multiplier", "find_steps",
            "MIN_RELATIVE_TOLERANCE"]
@@ -39,6 +39,8 @@ class NoiseCalibration:
     is the largest sigma evaluated that did not certify the target (None when even
     ``min_noise_multiplier`` does).  ``reason`` is None when ``noise_multiplier`` is the
     smallest certified sigma to within ``relative_tolerance``; otherwise it says why not.
+    ``notes`` say what the bounds assume where the sampler's sizes and the sample rate
+    disagree or the sampler changes what is calibrated (``samplers.sampled_pairs``).
     """
 
     target_epsilon: float
@@ -52,6 +54,7 @@ class NoiseCalibration:
     relative_tolerance: float
     evaluations: int
     reason: Optional[str] = None
+    notes: Tuple[str, ...] = ()
 
     @property
     def certified(self) -> bool:
@@ -164,9 +167,12 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
             progress(evaluations, f"sigma={sigma:.6g} eps_upper={e:.6g}")
         return e
 
+    # (what the bounds assume does not depend on sigma: one history's notes say it)
+    notes = sampled_pairs([(1.0, q, steps)], **assumptions).notes
+
     def result(sigma_ok, e_ok, sigma_bad, e_bad, reason=None) -> NoiseCalibration:
         return NoiseCalibration(target, delta, q, steps, sigma_ok, e_ok, sigma_bad, e_bad,
-                                tol, evaluations, reason)
+                                tol, evaluations, reason, notes)
 
     # bracket: lo is rejected (eps_upper > target), hi is certified (eps_upper <= target)
     sigma = min(max(1.0, s_min), s_max)

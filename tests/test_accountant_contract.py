@@ -630,6 +630,20 @@ def test_get_noise_multiplier_pb_certifies_the_target():
     assert sigma < sigma_rdp
 
 
+@pytest.mark.parametrize("n,epochs", [(93, 1), (99, 1), (75, 3), (49, 7), (1000, 2.5)])
+def test_get_noise_multiplier_pb_counts_every_step_of_the_epochs(n, epochs):
+    """Opacus passes sample_rate = 1/len(loader): epochs / rate may round below the
+    steps the run takes (1 / fl(1/93) = 92.99...), which calibrated one step too few and
+    left the run's certified lower bound above the target (1.0028 at target 1)."""
+    from pb_accountant._opacus_hook import steps_of_epochs
+    q = 1.0 / n
+    steps = math.ceil(epochs * n)
+    assert steps_of_epochs(epochs, q) == steps
+    sigma = get_noise_multiplier(target_epsilon=1.0, target_delta=DELTA, sample_rate=q,
+                                 epochs=epochs, accountant="pb")
+    assert lo_up(fresh([(sigma, q, steps)]))[1] <= 1.0
+
+
 def test_published_opacus_value_is_bracketed():
     """Opacus tests: sigma 1.5, q 0.04, 2249 steps, delta 1e-5 -> PRV eps 6.7774."""
     history = [(1.5, 0.04, 2249)]

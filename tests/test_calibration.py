@@ -143,3 +143,13 @@ def test_calibration_is_exported():
                  "StepsCalibration"):
         assert getattr(pb_accountant, name) is getattr(pb_accountant.calibration, name)
         assert name in pb_accountant.__all__
+
+
+def test_calibration_keeps_what_the_bounds_assume():
+    """A sample rate the sizes contradict is calibrated at b/n under fixed-size
+    sampling: the result says so, as the accountant's bounds do (it was silent)."""
+    res = find_noise_multiplier(1.0, DELTA, 0.5, 200, sampler="fixed_size",
+                                neighbouring="replace_one", dataset_size=1000, batch_size=10)
+    assert res.certified and any("differs from batch_size/dataset_size" in n
+                                 for n in res.notes)
+    assert find_noise_multiplier(1.0, DELTA, 0.01, 200).notes == ()

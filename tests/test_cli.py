@@ -709,6 +709,9 @@ def test_curve_outputs_follow_links_keep_modes_and_never_replace_special_files(
      "--fpr must be"),
     (("epsilon", "--sigma", "1", "--sample-rate", "0.01", "--steps", "1e-400", "--delta",
       DELTA), "--steps must be an integer"),
+    # below the library's least false-positive rate: it was an internal error (exit 1)
+    (("risk", "--sigma", "1", "--sample-rate", "1", "--steps", "1", "--fpr", "1e-310"),
+     "--fpr must be in [1e-300, 1]"),
 ])
 def test_numbers_beyond_the_float_range_are_user_errors(capsys, argv, needle):
     """1e400 overflowed float(Fraction) into an internal error (exit 1), and --steps
