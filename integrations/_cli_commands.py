@@ -470,18 +470,19 @@ def epsilon(args) -> Data:
 def _engine(schedule: Schedule, grid_delta: float):
     """(PrivacyBuckets or None, reason): None when the engine cannot compose this schedule."""
     from pb_accountant import compose
-    from pb_accountant.accountant import ENGINE_LIMITS, step_pair
+    from pb_accountant.accountant import step_pair
     sequence = []
     for s, q, t in schedule:
         pair = step_pair(s, q)
         if pair is not None and t > 0:
             sequence.append((pair, t))
-    try:
-        return compose(sequence, delta=grid_delta), None
-    except ENGINE_LIMITS as exc:
-        # the engine's limits (as the accountant does: a valid looser answer, the reason);
-        # any other exception is an internal error (exit 1)
+    pb = compose(sequence, delta=grid_delta)
+    exc = pb.limit_error
+    if exc is not None:
+        # the engine's limits (compose answers them as the accountant does: a valid
+        # looser answer, the reason); any other exception is an internal error (exit 1)
         return None, user_terms(str(exc)) or type(exc).__name__
+    return pb, None
 
 
 def delta(args) -> Data:

@@ -30,26 +30,17 @@ import numpy as np
 from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, check_epsilons,
                           check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
-from .engine import (PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds,
-                     compose_history, upper_only)
+# (ENGINE_LIMITS, engine_limit_reason: defined with the engine, whose compose answers
+# them as the accountant does; imported from here by the adapter and calibration)
+from .engine import (ENGINE_LIMITS, PrivacyBuckets, adaptive_delta_bounds,
+                     adaptive_epsilon_bounds, compose_history, engine_limit_reason,
+                     upper_only)
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
 from .samplers import (Assumptions, SampledPairs, available_samplers, bracket_lower_delta,
                        bracket_lower_epsilon, check_assumptions, sampled_pairs)
 
 MECHANISM = "pb"
-
-#: Exceptions from inside the engine that mean "this history is beyond what the engine
-#: can represent", not "the code is wrong": answered with the valid bound inf and a
-#: reason.  Every other exception from the engine is an internal error and propagates.
-ENGINE_LIMITS = (MemoryError, OverflowError, FloatingPointError)
-
-
-def engine_limit_reason(exc: BaseException, consequence: str = "") -> str:
-    """The note that reports an engine limit (one of ENGINE_LIMITS) and what it means."""
-    reason = f"engine limit reached ({type(exc).__name__}: {exc})"
-    return f"{reason}; {consequence}" if consequence else reason
-
 
 #: most points a privacy curve may ask for (bounded memory)
 MAX_CURVE_POINTS = 100_000

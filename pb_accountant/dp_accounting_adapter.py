@@ -52,8 +52,9 @@ from .accountant import (ENGINE_LIMITS, PrivacyBucketsAccountant, engine_limit_r
                          step_pair)
 from .composition import canonical_history
 from .engine import (PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds,
-                     compose_history, upper_only)
-from .mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair
+                     answering_limits, compose_history, upper_only)
+from .mechanisms import (DiscretePair, Gaussian, KaryRandomizedResponse, Laplace,
+                         MechanismPair)
 from .results import DeltaBounds, EpsilonBounds
 from .subsampled_laplace import SubsampledLaplace
 
@@ -207,10 +208,8 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return None, None, False                       # one output: nothing revealed
         if p == 0.0:
             return None, None, True
-        stay = 1.0 - p + p / k
-        other = p / k
-        rest = max(0.0, 1.0 - stay - other)
-        return self._make(event, lambda: DiscretePair((stay, other, rest), (other, stay, rest)))
+        # (the masses rounded from their exact values, with the error every bound covers)
+        return self._make(event, lambda: KaryRandomizedResponse.of(p, k))
 
     @staticmethod
     def _make(event, build):
@@ -374,9 +373,10 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         return self._tagged(_delta_result(eps, lo, up, scalar, tuple(db.notes), db.grid))
 
     def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
-        """The engine's bounds object for the composed history (both bounds)."""
-        return compose_history(self._pb._composer, self._history(), delta,
-                               ("split", "grouped"))
+        """The engine's bounds object for the composed history (both bounds); an
+        engine limit answers the trivial bounds with the reason, as ``compose``'s."""
+        return answering_limits(lambda: compose_history(
+            self._pb._composer, self._history(), delta, ("split", "grouped")), delta)
 
     def get_tradeoff_bounds(self, fpr=None, **kwargs):
         """Certified bounds on the trade-off curve and the attacker's TPR at ``fpr``

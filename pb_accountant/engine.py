@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,6 +28,39 @@ from .queries import certified_lower_epsilon, upper_epsilon
 from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
 
 DEFAULT_METHODS = ("split", "grouped")
+
+#: Exceptions from inside the engine that mean "this history is beyond what the engine
+#: can represent", not "the code is wrong": answered with the valid bound inf and a
+#: reason.  Every other exception from the engine is an internal error and propagates.
+ENGINE_LIMITS = (MemoryError, OverflowError, FloatingPointError)
+#: the method names a query may ask for (of a composition that reached a limit, whose
+#: composed methods are unknown)
+_QUERY_METHODS = ("grouped", "paper", "split")
+
+
+def engine_limit_reason(exc: BaseException, consequence: str = "") -> str:
+    """The note that reports an engine limit (one of ENGINE_LIMITS) and what it means."""
+    reason = f"engine limit reached ({type(exc).__name__}: {exc})"
+    return f"{reason}; {consequence}" if consequence else reason
+
+
+def _warn_limit(what: str, reason: str) -> None:
+    """The loud warning beside an engine limit's trivial answer (as the accountant's)."""
+    warnings.warn(f"pb accountant could not certify {what}: {reason}", RuntimeWarning,
+                  stacklevel=4)
+
+
+def trivial_epsilon_bounds(delta: float, reason: str) -> EpsilonBounds:
+    """Epsilon in [0, inf] at ``delta``, valid for every mechanism, with ``reason``."""
+    return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
+
+
+def trivial_delta_bounds(epsilon, reason: str) -> DeltaBounds:
+    """Delta in [0, 1] at ``epsilon`` (one or an array), valid for every mechanism."""
+    eps = np.asarray(epsilon, dtype=float)
+    if eps.ndim == 0:
+        return DeltaBounds(float(eps), 0.0, 1.0, "none", None, (reason,))
+    return DeltaBounds(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None, (reason,))
 
 
 def history_loss_cap(history) -> float:
@@ -56,11 +90,21 @@ class PrivacyBuckets:
     bounded (``history_loss_cap``), the best bounds (no ``method`` named) take that
     pure-DP bound besides the grid's: delta 0 from the history's largest total loss on,
     and epsilon at most it.  The grid's upper bound rounds an atom at that loss up to
-    the next grid point and may fall short of small deltas on its round-off."""
+    the next grid point and may fall short of small deltas on its round-off.
+
+    Objects handed to a user (:func:`compose`) answer an engine limit (ENGINE_LIMITS,
+    met while composing or querying) with the trivial bounds, the reason in ``notes``
+    and a RuntimeWarning, as the accountant does; the engine's own objects raise, so
+    that its queries can fall back to other grids."""
 
     def __init__(self, buckets: Optional[BucketSet], delta_target: Optional[float] = None,
                  history=None):
         self.buckets = buckets
+        #: the engine limit that stopped the composition (and the note saying so), else None
+        self.limit_error: Optional[BaseException] = None
+        self.limit_reason: Optional[str] = None
+        #: whether a query's engine limit is answered (True) or raised (False)
+        self.answers_limits = False
         self.delta_target = delta_target
         self.loss_cap = math.inf if history is None else history_loss_cap(history)
         self._upper: Dict[str, list] = {}
@@ -69,6 +113,34 @@ class PrivacyBuckets:
         self._sources: Tuple = ((buckets, None),) if buckets is not None else ()
         if buckets is not None:
             self._build()
+
+    @classmethod
+    def beyond_limits(cls, error: BaseException, delta_target: Optional[float] = None
+                      ) -> "PrivacyBuckets":
+        """A composition that reached an engine limit, ``error`` (one of ENGINE_LIMITS):
+        every query answers the trivial bounds (delta in [0, 1], epsilon in [0, inf])
+        with the reason in its notes."""
+        beyond = cls(None, delta_target)
+        beyond.limit_error = error
+        beyond.limit_reason = engine_limit_reason(
+            error, "the trivial bounds are valid but uninformative")
+        beyond.answers_limits = True
+        return beyond
+
+    def _answer(self, what: str, query, trivial):
+        """``query()``, or ``trivial(reason)`` where this composition reached an engine
+        limit, or the query reaches one and this object answers limits."""
+        if self.limit_reason is not None:
+            _warn_limit(what, self.limit_reason)
+            return trivial(self.limit_reason)
+        if not self.answers_limits:
+            return query()
+        try:
+            return query()
+        except ENGINE_LIMITS as exc:
+            reason = engine_limit_reason(exc, "the trivial bounds are valid but uninformative")
+            _warn_limit(what, reason)
+            return trivial(reason)
 
     @classmethod
     def of_directions(cls, ab: "PrivacyBuckets",
@@ -118,8 +190,15 @@ class PrivacyBuckets:
             joined._lower[name] = joined._lower.get(name, []) + list(curves)
         return joined
 
-    @staticmethod
-    def _method_names(table, method, side) -> List[str]:
+    def _method_names(self, table, method, side) -> List[str]:
+        if self.limit_reason is not None:
+            # nothing was composed: a name any composition may hold is answered
+            if method and method not in _QUERY_METHODS:
+                raise ValueError(f"method must be one of {list(_QUERY_METHODS)}, "
+                                 f"got {method!r}")
+            return []
+        if self.buckets is None:
+            return []                    # (an empty history: every bound is 0)
         if not method:
             return list(table)
         if method not in table:
@@ -140,12 +219,16 @@ class PrivacyBuckets:
 
     @property
     def infinity_mass(self) -> float:
+        if self.limit_reason is not None:
+            return 1.0                   # (nothing certified: the trivial bound)
         if self.buckets is None:
             return 0.0
         return max(b.split.infinity_mass(d) for b, d in self._sources)
 
     def notes(self, delta: Optional[float] = None):
         """What a reader of bounds at ``delta`` should know (e.g. a heavy infinity bucket)."""
+        if self.limit_reason is not None:
+            return (self.limit_reason,)
         notes = []
         if delta is not None and self.buckets is not None and self.infinity_mass > 0.01 * delta:
             notes.append(
@@ -162,9 +245,13 @@ class PrivacyBuckets:
     # -- delta ------------------------------------------------------------------------
     def delta_upper(self, epsilon, method: Optional[str] = None) -> np.ndarray:
         eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
+        names = self._method_names(self._upper, method, "upper")
+        return self._answer("delta", lambda: self._delta_upper(eps, method, names),
+                            lambda reason: np.ones_like(eps))
+
+    def _delta_upper(self, eps: np.ndarray, method: Optional[str], names) -> np.ndarray:
         if self.buckets is None:
             return np.zeros_like(eps)
-        names = self._method_names(self._upper, method, "upper")
         best = np.ones_like(eps)
         for name in names:
             curves = self.upper_curves(name)
@@ -175,9 +262,13 @@ class PrivacyBuckets:
 
     def delta_lower(self, epsilon, method: Optional[str] = None) -> np.ndarray:
         eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
+        names = self._method_names(self._lower, method, "lower")
+        return self._answer("delta", lambda: self._delta_lower(eps, names),
+                            lambda reason: np.zeros_like(eps))
+
+    def _delta_lower(self, eps: np.ndarray, names) -> np.ndarray:
         if self.buckets is None:
             return np.zeros_like(eps)
-        names = self._method_names(self._lower, method, "lower")
         best = np.zeros_like(eps)
         for name in names:
             for c in self.lower_curves(name):
@@ -188,9 +279,19 @@ class PrivacyBuckets:
         """Certified delta bounds at one epsilon or an array of them (one pass)."""
         scalar = np.ndim(epsilon) == 0
         eps = np.atleast_1d(np.asarray(check_epsilons(epsilon), dtype=float))
-        lo = self.delta_lower(eps, None if method in (None, "split") else method)
-        up = self.delta_upper(eps, method if method in (None, "split", "paper") else None)
-        lo = np.minimum(lo, up)
+        up_method = method if method in (None, "split", "paper") else None
+        low_names = self._method_names(self._lower, None if method in (None, "split")
+                                       else method, "lower")
+        up_names = self._method_names(self._upper, up_method, "upper")
+        return self._answer(
+            "delta", lambda: self._delta_bounds(eps, scalar, method, up_names, low_names),
+            lambda reason: trivial_delta_bounds(eps[0] if scalar else eps, reason))
+
+    def _delta_bounds(self, eps: np.ndarray, scalar: bool, method: Optional[str], up_names,
+                      low_names) -> DeltaBounds:
+        up = self._delta_upper(eps, method if method in (None, "split", "paper") else None,
+                               up_names)
+        lo = np.minimum(self._delta_lower(eps, low_names), up)
         notes = self._delta_notes(eps, up)
         if scalar:
             return DeltaBounds(float(eps[0]), float(lo[0]), float(up[0]),
@@ -228,14 +329,18 @@ class PrivacyBuckets:
     # -- epsilon ------------------------------------------------------------------------
     def epsilon_upper(self, delta: float, method: Optional[str] = None) -> float:
         delta = check_delta(delta)
-        if self.buckets is None:
+        if self.buckets is None and self.limit_reason is None:
             return 0.0
-        best = self._grid_epsilon_upper(delta, method)
+        names = self._method_names(self._upper, method, "upper")
+        return self._answer("epsilon", lambda: self._epsilon_upper(delta, method, names),
+                            lambda reason: math.inf)
+
+    def _epsilon_upper(self, delta: float, method: Optional[str], names) -> float:
+        best = self._grid_epsilon_upper(delta, names)
         return min(best, self.loss_cap) if method is None else best
 
-    def _grid_epsilon_upper(self, delta: float, method: Optional[str]) -> float:
-        """The smallest upper bound of the grid's methods (``method``, or all)."""
-        names = self._method_names(self._upper, method, "upper")
+    def _grid_epsilon_upper(self, delta: float, names) -> float:
+        """The smallest upper bound of the grid's methods ``names``."""
         best = math.inf
         for name in names:
             best = min(best, upper_epsilon(self.upper_curves(name), delta))
@@ -243,9 +348,13 @@ class PrivacyBuckets:
 
     def epsilon_lower(self, delta: float, method: Optional[str] = None) -> float:
         delta = check_delta(delta)
-        if self.buckets is None:
+        if self.buckets is None and self.limit_reason is None:
             return 0.0
         names = self._method_names(self._lower, method, "lower")
+        return self._answer("epsilon", lambda: self._epsilon_lower(delta, names),
+                            lambda reason: 0.0)
+
+    def _epsilon_lower(self, delta: float, names) -> float:
         best = 0.0
         for name in names:
             best = max(best, certified_lower_epsilon(self.lower_curves(name), delta))
@@ -256,12 +365,26 @@ class PrivacyBuckets:
         delta = check_delta(delta)
         up_method = method if method in (None, "split", "paper") else None
         lo_method = method if method in (None, "grouped", "paper") else None
-        if up_method is None and self.buckets is not None:
-            grid_up = self._grid_epsilon_upper(delta, None)
+        up_names = self._method_names(self._upper, up_method, "upper")
+        lo_names = self._method_names(self._lower, lo_method, "lower")
+        return self._answer(
+            "epsilon", lambda: self._epsilon_bounds(delta, method, up_method, up_names,
+                                                    lo_names),
+            lambda reason: trivial_epsilon_bounds(delta, reason))
+
+    def _epsilon_bounds(self, delta: float, method: Optional[str], up_method, up_names,
+                        lo_names) -> EpsilonBounds:
+        if self.buckets is None:
+            up = grid_up = 0.0
+        elif up_method is None:
+            grid_up = self._grid_epsilon_upper(delta, up_names)
             up = min(grid_up, self.loss_cap)
         else:
-            up = grid_up = self.epsilon_upper(delta, up_method)
-        lo = min(self.epsilon_lower(delta, lo_method), up) if self._lower or self.buckets is None else 0.0
+            up = grid_up = self._epsilon_upper(delta, up_method, up_names)
+        if self.buckets is None:
+            lo = 0.0
+        else:
+            lo = min(self._epsilon_lower(delta, lo_names), up) if self._lower else 0.0
         notes = self.notes(delta)
         if up < grid_up:
             # the pure-DP bound decided: the grid's notes are about its own bound
@@ -278,14 +401,30 @@ class PrivacyBuckets:
     def curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
         """The eps-delta curve with both bounds (default: up to where delta_up reaches
         1e-10 or ten times the certified floor)."""
-        if epsilons is None:
-            floor = max(1e-10, 10.0 * self.infinity_mass)
-            top = self.epsilon_upper(min(floor, 0.5)) if self.buckets is not None else 1.0
-            top = 1.0 if (math.isinf(top) or top == 0.0) else top
-            epsilons = np.linspace(0.0, top, num)
-        db = self.delta_bounds(np.asarray(epsilons, dtype=float))
-        return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower),
-                            np.asarray(db.upper), "best", self.grid_info)
+        if epsilons is not None:
+            epsilons = check_epsilons(epsilons)
+
+        def curve():
+            nonlocal epsilons
+            if epsilons is None:
+                floor = max(1e-10, 10.0 * self.infinity_mass)
+                top = (self._epsilon_upper(min(floor, 0.5), None, list(self._upper))
+                       if self.buckets is not None else 1.0)
+                top = 1.0 if (math.isinf(top) or top == 0.0) else top
+                epsilons = np.linspace(0.0, top, num)
+            eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
+            db = self._delta_bounds(eps, np.ndim(epsilons) == 0, None, list(self._upper),
+                                    list(self._lower))
+            return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower),
+                                np.asarray(db.upper), "best", self.grid_info)
+
+        def trivial(reason):
+            eps = (np.linspace(0.0, 1.0, num) if epsilons is None
+                   else np.asarray(epsilons, dtype=float))
+            return PrivacyCurve(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None,
+                                (reason,))
+
+        return self._answer("the privacy curve", curve, trivial)
 
     # -- attack risk (docs/attack-risk.md) --------------------------------------------
     def tradeoff_bounds(self, fpr=None, **kwargs):
@@ -307,6 +446,10 @@ def compose(sequence, *, delta: Optional[float] = None,
     other deltas remain valid, only possibly looser.  ``methods`` picks the
     representations: "split" (always, tight upper), "grouped" (lower), "paper"
     (Definition 9 upper and Theorem 2 lower).
+
+    Options the engine cannot compose this history with (a grid factor or product
+    beyond the floating-point range, ENGINE_LIMITS) give an object whose every query
+    answers the trivial bounds with the reason in ``notes`` and a RuntimeWarning.
     """
     if delta is not None:
         delta = check_delta(delta)
@@ -314,7 +457,21 @@ def compose(sequence, *, delta: Optional[float] = None,
                             resolution, leaf_resolution)
     composer = composer or Composer(options)
     history = canonical_history(sequence)
-    return PrivacyBuckets(composer.compose(history, delta, methods), delta, history)
+    return answering_limits(
+        lambda: PrivacyBuckets(composer.compose(history, delta, methods), delta, history),
+        delta)
+
+
+def answering_limits(build, delta: Optional[float] = None) -> PrivacyBuckets:
+    """``build()``, a PrivacyBuckets, as handed to a user: an engine limit met while
+    composing it or querying it answers the trivial bounds with the reason in
+    ``notes`` (``PrivacyBuckets.answers_limits``; ``delta``: the target it composes for)."""
+    try:
+        composed = build()
+    except ENGINE_LIMITS as exc:
+        return PrivacyBuckets.beyond_limits(exc, delta)
+    composed.answers_limits = True
+    return composed
 
 
 #: relative width (up - low) / up an epsilon query aims for: a wider bracket is computed
@@ -785,4 +942,13 @@ def epsilon_bounds(sequence, delta: float, **options) -> EpsilonBounds:
     """Certified bounds on epsilon at ``delta`` for ``[(pair, count), ...]`` (both
     directions, both bounds); ``options`` as for :func:`compose`."""
     delta = check_delta(delta)
-    return adaptive_epsilon_bounds(Composer(BucketOptions(**options)), sequence, delta)
+    composer = Composer(BucketOptions(**options))
+    history = canonical_history(sequence)
+    try:
+        return adaptive_epsilon_bounds(composer, history, delta)
+    except ENGINE_LIMITS as exc:
+        # (as the accountant answers: the valid looser bounds, the reason, a warning)
+        reason = engine_limit_reason(exc, "the upper bound inf is valid but uninformative")
+        warnings.warn(f"pb accountant could not certify epsilon: {reason}", RuntimeWarning,
+                      stacklevel=2)
+        return trivial_epsilon_bounds(delta, reason)

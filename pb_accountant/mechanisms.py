@@ -1810,6 +1810,11 @@ class DiscretePair(MechanismPair):
         its own."""
         if type(self) is not DiscretePair:
             return super().loss_bounds()
+        return self._certified_loss_bounds()
+
+    def _certified_loss_bounds(self) -> Tuple[float, float]:
+        """``loss_bounds`` of the stored masses as the exact ones (no mass stored as 0
+        may be positive), each atom's loss widened by ``_atom_loss_error``."""
         losses, a, b = self._atoms()
         err = self._atom_loss_error(losses)
         hi = float(np.max(np.nextafter(losses[a > 0] + err[a > 0], np.inf)))
@@ -1846,6 +1851,108 @@ def _atom_moments(losses, masses) -> Tuple[float, float]:
     w = masses[keep] / masses[keep].sum()
     mean = float(w @ losses[keep])
     return mean, float(math.sqrt(max(float(w @ (losses[keep] - mean) ** 2), 0.0)))
+
+
+@functools.lru_cache(maxsize=64)
+def _kary_masses(p: float, k: int):
+    """The exact masses (Fractions) of k-ary randomized response's three events, the
+    output being the first input's value, the second's, or another: 1 - p + p/k, p/k
+    and p (k - 2)/k, of the double ``p``."""
+    from fractions import Fraction
+    q = Fraction(p)
+    return 1 - q + q / k, q / k, q * (k - 2) / k
+
+
+@dataclass(frozen=True)
+class KaryRandomizedResponse(DiscretePair):
+    """k-ary randomized response under replace-one (dp_accounting's
+    ``RandomizedResponseDpEvent``): with probability ``noise_parameter`` p the output is
+    uniform over ``num_buckets`` k values, else the true one.  Build it with
+    :meth:`of`.
+
+    The stored masses are the exact ones (``_kary_masses``) correctly rounded, so every
+    bound is certified for the exact mechanism, not only for the stored doubles: each
+    mass is within ``mass_relative_error`` of itself (2u; u for a correctly rounded
+    double) plus ``mass_absolute_error`` (a subnormal's round-off), and each atom's loss
+    error adds the exact distance between the stored and the exact loss.  A mass that
+    would round to 0 (p / k at most 2^-1075) is refused: the stored pair would then
+    have a distinguishing event the mechanism does not have."""
+
+    noise_parameter: float = 1.0
+    num_buckets: int = 2
+
+    mass_relative_error = 2.0 * _U
+    mass_absolute_error = 2.0 ** -1074
+
+    @classmethod
+    def of(cls, noise_parameter: float, num_buckets: int) -> "KaryRandomizedResponse":
+        """The pair of p = ``noise_parameter`` in (0, 1] and k = ``num_buckets`` >= 2."""
+        stay, other, rest = cls._stored_masses(noise_parameter, num_buckets)
+        return cls((stay, other, rest), (other, stay, rest),
+                   noise_parameter=float(noise_parameter), num_buckets=int(num_buckets))
+
+    @staticmethod
+    def _stored_masses(p, k) -> Tuple[float, float, float]:
+        """The correctly rounded exact masses, after checking p and k."""
+        p = check_real("noise_parameter", p, low=0.0, high=1.0, low_open=True)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
+            raise ValueError(f"num_buckets must be an integer >= 2, got {k!r}")
+        stay, other, rest = (float(m) for m in _kary_masses(p, int(k)))
+        if other == 0.0:
+            raise ValueError(f"noise_parameter / num_buckets must be above 2^-1075 (the "
+                             f"mass p/k must not round to 0), got noise_parameter={p!r}, "
+                             f"num_buckets={k!r}")
+        return stay, other, rest
+
+    def __post_init__(self):
+        stay, other, rest = self._stored_masses(self.noise_parameter, self.num_buckets)
+        if (tuple(self.probabilities_a), tuple(self.probabilities_b)) != (
+                (stay, other, rest), (other, stay, rest)):
+            raise ValueError("probabilities_a and probabilities_b must be the rounded masses "
+                             "of noise_parameter and num_buckets (build the pair with "
+                             "KaryRandomizedResponse.of)")
+        super().__post_init__()
+
+    def _exact_atoms(self):
+        """The exact (A, B) masses of the atoms ``_atoms`` keeps, in its order."""
+        stay, other, rest = _kary_masses(self.noise_parameter, self.num_buckets)
+        atoms = [(stay, other), (other, stay), (rest, rest)]
+        return atoms if rest else atoms[:2]
+
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """DiscretePair's (the stored doubles' log round-off) plus |ln R|, R the exact
+        loss ratio over the stored one, bounded by |R - 1| / min(R, 1) in exact
+        fractions and rounded up; the other event's loss stays exactly 0."""
+        from fractions import Fraction
+        base = super()._atom_loss_error(losses)
+        stored = zip(self.probabilities_a, self.probabilities_b)
+        extra = []
+        for (ea, eb), (a, b) in zip(self._exact_atoms(), stored):
+            ratio = (ea * Fraction(b)) / (eb * Fraction(a))
+            bound = abs(ratio - 1) / min(ratio, Fraction(1))
+            up = float(bound)
+            extra.append(up if Fraction(up) >= bound else math.nextafter(up, math.inf))
+        return np.nextafter(base + np.array(extra), np.inf)
+
+    def _atom_loss_side(self, i: int, v: float):
+        """The sign of atom i's exact loss ln(a/b) minus ``v``, the exact masses' ratio
+        in 60-digit ``decimal`` arithmetic with DiscretePair's margin (exact for the
+        other event, whose loss is 0)."""
+        from decimal import Context, Decimal
+        ea, eb = self._exact_atoms()[i]
+        if ea == eb:
+            return None if v == 0.0 else (1 if v < 0.0 else -1)
+        ratio = ea / eb
+        ctx = Context(prec=60)
+        loss = ctx.ln(ctx.divide(Decimal(ratio.numerator), Decimal(ratio.denominator)))
+        d = ctx.subtract(loss, Decimal(v))
+        margin = ctx.multiply(Decimal("1e-50"), abs(loss) + abs(Decimal(v)) + 1)
+        return 1 if d > margin else (-1 if d < -margin else None)
+
+    def loss_bounds(self) -> Tuple[float, float]:
+        """DiscretePair's: a mass stored as 0 is exactly 0 (the other event for k = 2),
+        and ``_atom_loss_error`` covers the exact losses."""
+        return self._certified_loss_bounds()
 
 
 def RandomizedResponse(p: float) -> DiscretePair:

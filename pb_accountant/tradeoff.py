@@ -406,8 +406,31 @@ def tradeoff_bounds(engine, fpr=None, **kwargs) -> TradeoffBounds:
     """Certified trade-off / TPR-at-FPR / GDP-mu bounds of a ``PrivacyBuckets``.
 
     Without lower curves (only "split" composed) the upper bound on f is the trivial
-    1 - alpha, i.e. the TPR lower bound is alpha.
+    1 - alpha, i.e. the TPR lower bound is alpha.  An engine limit of an ``engine``
+    from :func:`pb_accountant.compose` gives the trivial bounds with the reason in
+    ``notes`` (``PrivacyBuckets``' limits).
     """
+    _check_fpr(fpr)                                     # user errors raise first
+    _check_options(**kwargs)
+    return engine._answer("the trade-off curve",
+                          lambda: _tradeoff_bounds(engine, fpr, **kwargs),
+                          lambda reason: trivial_tradeoff(
+                              fpr, note=reason,
+                              mu_alpha_min=kwargs.get("mu_alpha_min", 1e-6)))
+
+
+def _check_options(*, mu_alpha_min: float = 1e-6, eps_step: float = 1e-3,
+                   max_points: int = 50_000, mu_points: int = 400) -> None:
+    """``tradeoff_from_curves``' options checked as it checks them (ValueErrors naming
+    them), for an answer that does not reach it."""
+    check_real("mu_alpha_min", mu_alpha_min, low=MIN_FPR, high=0.25)
+    check_real("eps_step", eps_step, low=1e-6, high=1.0)
+    check_count("max_points", max_points, minimum=100, maximum=10_000_000)
+    check_count("mu_points", mu_points, minimum=2, maximum=100_000)
+
+
+def _tradeoff_bounds(engine, fpr=None, **kwargs) -> TradeoffBounds:
+    """``tradeoff_bounds`` of an ``engine`` within the engine's limits."""
     delta_up, delta_low = _engine_curves(engine)
     notes = tuple(engine.notes()) if engine.buckets is not None else ()
     if engine.buckets is not None and not engine._lower:
