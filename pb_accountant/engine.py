@@ -38,6 +38,14 @@ ENGINE_LIMITS = (MemoryError, OverflowError, FloatingPointError)
 _QUERY_METHODS = ("grouped", "paper", "split")
 
 
+def _check_method(method) -> None:
+    """ValueError unless ``method`` is None (the best bounds) or a method a query may
+    name (an unknown name was answered as the best bounds, labelled with it)."""
+    if method is not None and method not in _QUERY_METHODS:
+        raise ValueError(f"method must be None (the best bounds) or one of "
+                         f"{list(_QUERY_METHODS)}, got {method!r}")
+
+
 def engine_limit_reason(exc: BaseException, consequence: str = "") -> str:
     """The note that reports an engine limit (one of ENGINE_LIMITS) and what it means."""
     reason = f"engine limit reached ({type(exc).__name__}: {exc})"
@@ -279,6 +287,7 @@ class PrivacyBuckets:
         """Certified delta bounds at one epsilon or an array of them (one pass)."""
         scalar = np.ndim(epsilon) == 0
         eps = np.atleast_1d(np.asarray(check_epsilons(epsilon), dtype=float))
+        _check_method(method)
         up_method = method if method in (None, "split", "paper") else None
         low_names = self._method_names(self._lower, None if method in (None, "split")
                                        else method, "lower")
@@ -363,6 +372,7 @@ class PrivacyBuckets:
     def epsilon_bounds(self, delta: float, method: Optional[str] = None) -> EpsilonBounds:
         """Certified bounds on the smallest epsilon with delta(epsilon) <= delta."""
         delta = check_delta(delta)
+        _check_method(method)
         up_method = method if method in (None, "split", "paper") else None
         lo_method = method if method in (None, "grouped", "paper") else None
         up_names = self._method_names(self._upper, up_method, "upper")

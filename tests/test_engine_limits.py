@@ -132,3 +132,13 @@ def test_the_dp_accounting_adapter_s_engine_answers_limits():
     assert np.all(curve.delta_upper == 1.0) and _limited(curve.notes)
     eb = _quietly(acc.get_epsilon_bounds, 1e-5)
     assert (eb.lower, eb.upper) == (0.0, math.inf)
+
+
+@pytest.mark.parametrize("method", ["x", "best", "grouped-ab", 3])
+def test_an_unknown_method_name_is_refused(method):
+    """An unknown name was answered as the best bounds, labelled with it."""
+    pb = compose([(Gaussian(1.0), 3)])
+    with pytest.raises(ValueError, match="method must be None"):
+        pb.epsilon_bounds(1e-5, method=method)
+    with pytest.raises(ValueError, match="method must be None"):
+        pb.delta_bounds(1.0, method=method)
