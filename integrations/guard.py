@@ -146,6 +146,11 @@ def _setting(name: str, check, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
+#: the guard's settings that are validated properties (stored as "_" + name)
+_SETTINGS = ("max_epsilon", "delta", "mode", "every_n_steps", "lookahead",
+             "lookahead_margin")
+
+
 class BudgetGuard:
     """Refuses any step after which the certified eps_upper at ``delta`` > ``max_epsilon``.
 
@@ -468,6 +473,15 @@ class BudgetGuard:
         self.refused = None
         self.stop_message = None
         self._drop_lookahead()
+
+    def __setstate__(self, state) -> None:
+        # a guard pickled before its settings were properties holds them under their
+        # public names, which the properties now hide: move them to their private ones
+        state = dict(state)
+        for name in _SETTINGS:
+            if name in state and "_" + name not in state:
+                state["_" + name] = state.pop(name)
+        self.__dict__.update(state)
 
     def _drop_lookahead(self) -> None:
         """Forget the look-ahead plan and what predicted it (made under other settings)."""

@@ -378,6 +378,13 @@ def _fmt(x, up=True, sig=4) -> str:
     if x == 0:
         return "0"
     exp = math.floor(math.log10(abs(x)))
+    if abs(exp) > 290:
+        # (10^(sig - 1 - exp) is beyond the float range: round the exact value in
+        # decimal, e.g. a subnormal sample rate)
+        from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+        v = Decimal(x).quantize(Decimal(1).scaleb(exp - sig + 1),
+                                rounding=ROUND_CEILING if up else ROUND_FLOOR)
+        return f"{v:.{sig - 1}e}"
     scale = 10.0 ** (sig - 1 - exp)
     v = (math.ceil(x * scale) if up else math.floor(x * scale)) / scale
     return f"{v:.{sig}g}"

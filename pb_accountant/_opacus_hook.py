@@ -171,7 +171,11 @@ def _wrap_get_noise_multiplier() -> None:
                 raise ValueError(f"epochs / sample_rate must give 1 to {MAX_STEPS} steps, "
                                  f"got epochs={epochs!r} / sample_rate={sample_rate!r} = "
                                  f"{total!r}")
-            steps = min(steps_of_epochs(epochs, sample_rate), MAX_STEPS)
+            steps = steps_of_epochs(epochs, sample_rate)
+            if steps > MAX_STEPS:
+                raise ValueError(f"epochs / sample_rate must give 1 to {MAX_STEPS} steps, "
+                                 f"got epochs={epochs!r} / sample_rate={sample_rate!r}: "
+                                 f"{steps} steps")
         return calibrated_noise_multiplier(
             target_epsilon=target_epsilon, target_delta=target_delta,
             sample_rate=sample_rate, steps=steps, epsilon_tolerance=epsilon_tolerance,
@@ -195,7 +199,8 @@ def steps_of_epochs(epochs: float, sample_rate: float) -> int:
     run's certified epsilon exceeded the target), so a rate that is the float of 1/n
     counts n steps per epoch exactly; a fraction of a step is rounded up (more steps
     is the conservative side)."""
-    n = round(1.0 / sample_rate)
+    inverse = 1.0 / sample_rate                # (inf for a subnormal rate)
+    n = round(inverse) if math.isfinite(inverse) else 0
     exact = (Fraction(epochs) * n if n >= 1 and 1.0 / n == sample_rate
              else Fraction(epochs) / Fraction(sample_rate))
     return max(1, math.ceil(exact))

@@ -103,6 +103,7 @@ class PrivacyBucketsAccountant:
         self.options = BucketOptions(**options)
         self._lock = threading.RLock()
         self._history: List[Tuple[float, float, int]] = []
+        self._written = None          # the entry step() wrote last (its fast path's)
         self._composer = Composer(self.options)
 
     # -- history: validated when assigned, and when used ---------------------------------
@@ -158,6 +159,7 @@ class PrivacyBucketsAccountant:
         self._lock = threading.RLock()
         self._composer = Composer(self.options)
         self._history = _validated_history(state["history"])
+        self._written = None
 
     # -- the Opacus contract ----------------------------------------------------------
     @classmethod
@@ -170,11 +172,13 @@ class PrivacyBucketsAccountant:
             history = self._history
             if history:
                 last = history[-1]
-                # fast path: the step repeats the last entry (the usual case in training)
-                if (noise_multiplier == last[0] and sample_rate == last[1]
+                # fast path: the step repeats the last entry (the usual case in training),
+                # the very tuple this accountant wrote (one replaced in place is checked)
+                if (last is self._written
+                        and noise_multiplier == last[0] and sample_rate == last[1]
                         and type(noise_multiplier) is float and type(sample_rate) is float
-                        and type(last[2]) is int and 0 <= last[2] < MAX_STEPS):
-                    history[-1] = (last[0], last[1], last[2] + 1)
+                        and last[2] < MAX_STEPS):
+                    self._written = history[-1] = (last[0], last[1], last[2] + 1)
                     return
             sigma, q = _validate_step(noise_multiplier, sample_rate)
             if history:
@@ -185,9 +189,10 @@ class PrivacyBucketsAccountant:
                     # nor loaded back)
                     count = check_count(f"history[{len(history) - 1}] num_steps", count + 1,
                                         maximum=MAX_STEPS)
-                    history[-1] = (last_sigma, last_q, count)
+                    self._written = history[-1] = (last_sigma, last_q, count)
                     return
-            history.append((sigma, q, 1))
+            self._written = (sigma, q, 1)
+            history.append(self._written)
 
     def __len__(self) -> int:
         """Number of optimisation steps recorded (not of history entries)."""

@@ -40,7 +40,7 @@ from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussia
 from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
 
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
-           "sampled_pairs", "step_pairs", "shuffle_layout", "shuffle_upper_pairs", "shuffle_lower_pairs",
+           "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout", "shuffle_upper_pairs", "shuffle_lower_pairs",
            "epochs", "available_samplers", "SHUFFLE_NOTE", "GaussianNoise", "IntegerNoise",
            "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
            "bracket_lower_delta", "delta_bounds"]
@@ -359,10 +359,12 @@ def shuffle_lower_pairs(history, neighbouring: str, steps_per_epoch: int,
 RATE_MATCH = 1e-6
 
 
-def rate_mismatch_notes(history, a: Assumptions) -> Tuple[str, ...]:
+def rate_mismatch_notes(history, a: Assumptions, used: Optional[str] = None
+                        ) -> Tuple[str, ...]:
     """A note where the sizes are known and a step's sample_rate is none of the rates
     they give (b/n; 1/ceil(n/b) and 1/floor(n/b), Opacus's rate for a loader without
-    and with drop_last): the bound then rests on a rate the run may not have used."""
+    and with drop_last): the bound then rests on a rate the run may not have used
+    (``used``: what the bound uses instead, where the sampler's default text is not it)."""
     n, b = a.dataset_size, a.batch_size
     if n is None or b is None:
         return ()
@@ -371,9 +373,9 @@ def rate_mismatch_notes(history, a: Assumptions) -> Tuple[str, ...]:
                   and not any(abs(q - r) <= RATE_MATCH * r for r in rates)})
     if not odd:
         return ()
-    used = {"poisson": "the history's sample_rate",
-            "fixed_size": f"b/n = {b / n:.6g}",
-            "shuffle": f"{-(-n // b)} batches per epoch"}[a.sampler]
+    used = used or {"poisson": "the history's sample_rate",
+                    "fixed_size": f"b/n = {b / n:.6g}",
+                    "shuffle": f"{-(-n // b)} batches per epoch"}[a.sampler]
     shown = ", ".join(f"{q:.6g}" for q in odd[:3]) + (", ..." if len(odd) > 3 else "")
     return (f"sample_rate {shown} in the history differs from batch_size/dataset_size = "
             f"{b}/{n} = {b / n:.6g} (and from 1/ceil(n/b), 1/floor(n/b)); the {a.sampler} "
@@ -381,33 +383,80 @@ def rate_mismatch_notes(history, a: Assumptions) -> Tuple[str, ...]:
 
 
 SHUFFLE_DROP_LAST_NOTE = (
-    "upper bound without amplification by shuffling; the history's sample_rate is 1/floor(n/b), a loader with drop_last=True: "
-    "floor(n/b) batches per epoch and n mod b examples left out of each, so the upper "
-    "bound counts epochs of floor(n/b) steps and the lower bound is 0 (the max-of-batches "
-    "statistic assumes every example in a batch)")
-SHUFFLE_MIXED_NOTE = (
-    "upper bound without amplification by shuffling; the history's sample rates give epochs of both floor(n/b) (drop_last=True) "
-    "and other lengths, so the upper bound charges ceil(T / floor(n/b)) epochs of T steps "
-    "at the smallest sigma, and the lower bound is 0")
+    "upper bound without amplification by shuffling; the history's sample_rate is "
+    "1/floor(n/b), a loader with drop_last=True: floor(n/b) batches per epoch and n mod b "
+    "examples left out of each, so the upper bound counts epochs of floor(n/b) steps and "
+    "the lower bound is 0 (the max-of-batches statistic assumes every example in a batch)")
+SHUFFLE_BOUNDED_NOTE = (
+    "upper bound without amplification by shuffling; the history's sample rates read as "
+    "both loaders (1/floor(n/b): drop_last=True, other rates: drop_last=False), so the "
+    "upper bound charges {charged} unamplified Gaussians at the smallest sigma (at most "
+    "ceil(T / floor(n/b)) epochs in T steps) and the lower bound is 0")
+#: what a shuffled bound cannot read from a rate that names no loader
+SHUFFLE_UNREAD = ("; a rate k/len(loader) (k batches accumulated per recorded step) is "
+                  "not modelled, and the shuffle bound, one batch per step, does not hold "
+                  "for such a run")
 
 
-def shuffle_layout(history, a: Assumptions) -> Tuple[int, str]:
-    """(steps per epoch, layout) of a shuffled run: "full" with ceil(n/b) steps
-    (drop_last=False, PyTorch's default), "drop_last" with floor(n/b) where every
-    sampled step's rate is 1/floor(n/b) (Opacus records 1/len(loader), and a loader with
-    drop_last=True has floor(n/b) batches), "mixed" with floor(n/b) where only some are.
-    Counting epochs of ceil(n/b) steps in a run of floor(n/b)-step epochs would charge
-    too few of them: the upper bound would not hold."""
-    n, b = a.dataset_size, a.batch_size
-    full = -(-n // b)
-    if n % b == 0:
-        return full, "full"
-    short = 1.0 / (n // b)
-    rates = [q for _, q, c in history if c and q > 0.0]
-    dropped = [abs(q - short) <= RATE_MATCH * short for q in rates]
-    if not any(dropped):
-        return full, "full"
-    return n // b, ("drop_last" if all(dropped) else "mixed")
+def _shuffle_assumed_note(per_epoch: int) -> str:
+    return (f"shuffle: ceil(n/b) = {per_epoch} batches per epoch are assumed (a loader "
+            "with drop_last=False, PyTorch's default): the history's sample rates do not "
+            "say which loader ran (Opacus records 1/len(loader), 1/floor(n/b) for one "
+            "with drop_last=True, which is counted as such)")
+
+
+def _epoch_lengths(a: Assumptions) -> Tuple[int, ...]:
+    """The batches per epoch of a shuffled loader: ceil(n/b) (drop_last=False), then
+    floor(n/b) (drop_last=True) where it differs."""
+    full, short = -(-a.dataset_size // a.batch_size), a.dataset_size // a.batch_size
+    return (full,) if full == short else (full, short)
+
+
+def _shuffle_reading(q: float, lengths) -> Optional[int]:
+    """The epoch length L whose rate 1/L (Opacus records 1/len(loader)) a recorded rate
+    q is, the closer of the ``lengths`` where both are within RATE_MATCH (near 10^6
+    batches per epoch both are); None where neither is."""
+    best = None
+    for L in lengths:
+        gap = abs(q - 1.0 / L)
+        if gap <= RATE_MATCH * q and (best is None or gap < best[0]):
+            best = (gap, L)
+    return None if best is None else best[1]
+
+
+@dataclass(frozen=True)
+class ShuffleLayout:
+    """How a shuffled run's recorded steps fall into epochs (``shuffle_layout``)."""
+
+    kind: str               # "full", "assumed", "drop_last" or "bounded"
+    steps_per_epoch: int    # the epochs counted
+    charged: int = 0        # "bounded": unamplified Gaussians the upper bound charges
+
+
+def shuffle_layout(history, a: Assumptions) -> ShuffleLayout:
+    """How the recorded steps of a shuffled run fall into epochs, read from their rates
+    (Opacus records 1/len(loader) per step).
+
+    "full": every rate is 1/ceil(n/b) (drop_last=False), epochs of ceil(n/b) steps.
+    "drop_last": every rate is 1/floor(n/b), n/b not whole: epochs of floor(n/b) steps,
+    n mod b examples left out of each (lower bound 0).  "assumed": rates that name no
+    loader (b/n, given by hand) among 1/ceil(n/b) ones: ceil(n/b) is assumed, and a note
+    says so.  "bounded": 1/floor(n/b) among other rates: every epoch has at least
+    floor(n/b) steps, so T steps touch at most ceil(T / floor(n/b)) epochs, each at most
+    one unamplified Gaussian at the smallest sigma (lower bound 0).  Counting epochs of
+    ceil(n/b) steps in a run of floor(n/b)-step epochs would charge too few of them."""
+    full, short = -(-a.dataset_size // a.batch_size), a.dataset_size // a.batch_size
+    lengths = _epoch_lengths(a)
+    readings = [(_shuffle_reading(q, lengths), int(c)) for _, q, c in history
+                if c and q > 0.0]
+    if all(r == full for r, _ in readings):
+        return ShuffleLayout("full", full)
+    if all(r == short for r, _ in readings):
+        return ShuffleLayout("drop_last", short)
+    if all(r != short for r, _ in readings):
+        return ShuffleLayout("assumed", full)
+    steps = sum(c for _, c in readings)
+    return ShuffleLayout("bounded", short, -(-steps // short))
 
 
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
@@ -419,30 +468,9 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     pass an :class:`IntegerNoise`).
     """
     a = check_assumptions(sampler, neighbouring, dataset_size, batch_size)
-    notes: Tuple[str, ...] = rate_mismatch_notes(history, a)
     if a.sampler == "shuffle":
-        B, layout = shuffle_layout(history, a)
-        if layout == "mixed":
-            # epochs of floor(n/b) or ceil(n/b) steps, the history does not say which
-            # where: at most ceil(T / floor(n/b)) epochs in T steps, each at most one
-            # unamplified Gaussian at the history's smallest sigma
-            steps = sum(int(c) for _, q, c in history if c and q > 0.0)
-            sens = 2 if a.neighbouring == "replace_one" else 1
-            sigma = min(s for s, q, c in history if c and q > 0.0)
-            upper = ((noise(sigma).shifted(sens), -(-steps // B)),)
-            return SampledPairs(upper, (), 0.0, 0, notes + (SHUFFLE_MIXED_NOTE,))
-        upper = shuffle_upper_pairs(history, a.neighbouring, B, noise)
-        if layout == "drop_last":
-            return SampledPairs(upper, (), 0.0, 0, notes + (SHUFFLE_DROP_LAST_NOTE,))
-        notes += (SHUFFLE_NOTE,)
-        lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
-        rel = max((p.relative_error for p, _ in lower), default=0.0)
-        count = sum(c for _, c in lower)
-        total = sum(c for _, c in upper)
-        if count < total:
-            notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
-                      "and epochs whose noise varies are left out)",)
-        return SampledPairs(upper, lower, rel, count, notes)
+        return _shuffle_pairs(history, a, noise)
+    notes: Tuple[str, ...] = rate_mismatch_notes(history, a)
     fraction = a.batch_fraction if a.sampler == "fixed_size" else None
     if a.sampler == "fixed_size" and fraction is None:
         notes += ("fixed_size: the batch fraction b/n is taken from the history's "
@@ -463,6 +491,38 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     symmetric = bool(upper) and all(isinstance(p, SymmetricSubsampledGaussian) for p, _ in upper)
     return SampledPairs(tuple(upper), None if tight else tuple(lower), 0.0, 0, notes,
                         symmetric)
+
+
+def _shuffle_pairs(history, a: Assumptions, noise: NoiseOf) -> SampledPairs:
+    """``sampled_pairs`` of a shuffled run, by its layout (``shuffle_layout``)."""
+    layout = shuffle_layout(history, a)
+    B = layout.steps_per_epoch
+    lengths = _epoch_lengths(a)
+    unread = [e for e in history if e[2] and e[1] > 0.0
+              and _shuffle_reading(e[1], lengths) is None]
+    used = (f"{B} batches per epoch" if layout.kind != "bounded"
+            else f"{layout.charged} unamplified Gaussians")
+    notes = tuple(n + SHUFFLE_UNREAD for n in rate_mismatch_notes(unread, a, used))
+    if layout.kind == "bounded":
+        sens = 2 if a.neighbouring == "replace_one" else 1
+        sigma = min(s for s, q, c in history if c and q > 0.0)
+        upper = ((noise(sigma).shifted(sens), layout.charged),)
+        note = SHUFFLE_BOUNDED_NOTE.format(charged=layout.charged)
+        return SampledPairs(upper, (), 0.0, 0, notes + (note,))
+    upper = shuffle_upper_pairs(history, a.neighbouring, B, noise)
+    if layout.kind == "drop_last":
+        return SampledPairs(upper, (), 0.0, 0, notes + (SHUFFLE_DROP_LAST_NOTE,))
+    notes += (SHUFFLE_NOTE,)
+    if layout.kind == "assumed" and a.dataset_size % a.batch_size:
+        notes += (_shuffle_assumed_note(B),)
+    lower = shuffle_lower_pairs(history, a.neighbouring, B, noise)
+    rel = max((p.relative_error for p, _ in lower), default=0.0)
+    count = sum(c for _, c in lower)
+    total = sum(c for _, c in upper)
+    if count < total:
+        notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
+                  "and epochs whose noise varies are left out)",)
+    return SampledPairs(upper, lower, rel, count, notes)
 
 
 # -- bounds from SampledPairs (the accountant wraps these) -------------------------------

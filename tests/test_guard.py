@@ -386,3 +386,22 @@ def test_allows_has_no_side_effect_on_the_stop_flag():
         BudgetGuard(acc, 1.0, DELTA, every_n_steps=0)
     with pytest.raises(ValueError, match="lookahead_margin"):
         BudgetGuard(acc, 1.0, DELTA, lookahead_margin=1.5)
+
+
+def test_a_guard_pickled_before_its_settings_were_properties_loads():
+    """Older guards held max_epsilon, delta, ... under their public names, which the
+    validated properties hide: unpickling moves them (it raised AttributeError)."""
+    import pickle
+    from pb_accountant import PrivacyBucketsAccountant
+    from pb_accountant.integrations.guard import BudgetGuard
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.01, 100)]
+    guard = BudgetGuard(acc, 5.0, 1e-5, noise_multiplier=1.0, sample_rate=0.01)
+    old = {(k[1:] if k[1:] in ("max_epsilon", "delta", "mode", "every_n_steps",
+                                "lookahead", "lookahead_margin") else k): v
+           for k, v in guard.__dict__.items()}
+    restored = object.__new__(BudgetGuard)
+    restored.__setstate__(old)
+    assert (restored.max_epsilon, restored.delta, restored.every_n_steps) == (5.0, 1e-5, None)
+    assert restored.check(noise_multiplier=1.0, sample_rate=0.01)
+    assert pickle.loads(pickle.dumps(restored)).max_epsilon == 5.0

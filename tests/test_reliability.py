@@ -248,6 +248,20 @@ def test_step_refuses_to_extend_an_entry_corrupted_in_place():
         acc.step(noise_multiplier=1.0, sample_rate=0.01)
 
 
+@pytest.mark.parametrize("bad,sigma,q", [((-1.0, 0.5, 3), -1.0, 0.5),
+                                         ((float("inf"), 0.5, 3), float("inf"), 0.5),
+                                         ((1.0, 1.5, 3), 1.0, 1.5)])
+def test_step_repeating_an_invalid_entry_replaced_in_place_is_refused(bad, sigma, q):
+    """step()'s fast path extends only the entry it wrote itself: a step repeating an
+    invalid entry put in place of it was counted (it raised only at the next query)."""
+    acc = fresh([(1.0, 0.01, 3)])
+    acc.step(noise_multiplier=1.0, sample_rate=0.01)
+    acc.history[-1] = bad
+    with pytest.raises(ValueError):
+        acc.step(noise_multiplier=sigma, sample_rate=q)
+    assert acc.history[-1] == bad
+
+
 @pytest.mark.parametrize("bad,field", [
     ((1.0, 0.01, 2.5), "num_steps"), ((1.0, 0.01, None), "num_steps"),
     (("x", 0.01, 3), "noise_multiplier"), ((1.0, float("nan"), 3), "sample_rate"),
