@@ -15,6 +15,22 @@ def atoms_delta(atoms, eps):
                sum(max(mp.mpf(0), q - e * p) for p, q in atoms))
 
 
+def multinomial_atoms(stay, other, rest, r):
+    """The outcomes' (A-mass, B-mass) of r steps of three-event randomized response
+    (A = (stay, other, rest), B = (other, stay, rest), mpmath numbers): the counts of
+    each event, weighted by the multinomial coefficient (an event of mass 0 left out)."""
+    atoms = []
+    for i in range(r + 1):
+        for j in range(r + 1 - i):
+            m = r - i - j
+            if m and rest == 0:
+                continue
+            c = mp.factorial(r) / (mp.factorial(i) * mp.factorial(j) * mp.factorial(m))
+            atoms.append((c * stay ** i * other ** j * rest ** m,
+                          c * other ** i * stay ** j * rest ** m))
+    return atoms
+
+
 def gaussian_delta(eps, mu):
     """Exact delta(eps) of the Gaussian composition with mu = sqrt(T) / sigma."""
     with mp.workdps(60):

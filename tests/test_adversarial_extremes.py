@@ -28,6 +28,8 @@ from pb_accountant.mechanisms import (_monotone_end_points, endpoint_mass,
                                       normal_x_interval_mass, normal_x_interval_masses)
 from pb_accountant.sampled_pairs import SymmetricSubsampledGaussian
 
+from _closed_form import multinomial_atoms
+
 mpmath = pytest.importorskip("mpmath")
 mp = mpmath.mp
 
@@ -707,15 +709,7 @@ def test_dp_accounting_adapter_k_ary_randomized_response(p, k, r):
         pp = mp.mpf(p)
         stay, other = 1 - pp + pp / k, pp / k
         rest = 1 - stay - other
-        terms = []
-        for i in range(r + 1):
-            for j in range(r + 1 - i):
-                m = r - i - j
-                if m and rest == 0:
-                    continue
-                c = mp.factorial(r) / (mp.factorial(i) * mp.factorial(j) * mp.factorial(m))
-                terms.append((c * stay ** i * other ** j * rest ** m,
-                              c * other ** i * stay ** j * rest ** m))
+        terms = multinomial_atoms(stay, other, rest, r)
         step = float(mp.log(stay / other))
     for j in range(min(r, 6)):
         eps = (j + 0.5) * step

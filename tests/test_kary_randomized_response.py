@@ -13,6 +13,8 @@ import pytest
 
 from pb_accountant.mechanisms import KaryRandomizedResponse
 
+from _closed_form import multinomial_atoms
+
 dp_event = pytest.importorskip("dp_accounting.dp_event")
 from dp_accounting.privacy_accountant import NeighboringRelation  # noqa: E402
 
@@ -81,15 +83,7 @@ def _exact_delta_of(p, k, r):
     alike), and the exact per-step loss."""
     with mp.workdps(50):
         stay, other, rest = (_mpf(m) for m in _exact_masses(p, k))
-        terms = []
-        for i in range(r + 1):
-            for j in range(r + 1 - i):
-                m = r - i - j
-                if m and rest == 0:
-                    continue
-                c = mp.factorial(r) / (mp.factorial(i) * mp.factorial(j) * mp.factorial(m))
-                terms.append((c * stay ** i * other ** j * rest ** m,
-                              c * other ** i * stay ** j * rest ** m))
+        terms = multinomial_atoms(stay, other, rest, r)
         step = mp.log(stay / other)
 
     def delta(eps):
