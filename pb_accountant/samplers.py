@@ -41,7 +41,7 @@ from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_bat
 
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
            "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout", "shuffle_upper_pairs", "shuffle_lower_pairs",
-           "epochs", "available_samplers", "SHUFFLE_NOTE", "GaussianNoise", "IntegerNoise",
+           "epochs", "available_samplers", "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "MAX_DATASET_SIZE", "GaussianNoise", "IntegerNoise",
            "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
            "bracket_lower_delta", "delta_bounds"]
 
@@ -80,13 +80,21 @@ class Assumptions:
         return self.batch_size / self.dataset_size
 
 
+#: the largest dataset and batch sizes: every size and ratio of sizes the samplers form
+#: is then exact or correctly rounded in floating point (1 / ceil(n/b) overflowed beyond
+#: about 1.8e308)
+MAX_DATASET_SIZE = 2 ** 53
+
+
 def check_assumptions(sampler="poisson", neighbouring="add_remove", dataset_size=None,
                       batch_size=None) -> Assumptions:
     """Validated :class:`Assumptions` (ValueError naming the parameter and the range)."""
     sampler = check_choice("sampler", sampler, SAMPLERS)
     neighbouring = check_choice("neighbouring", neighbouring, NEIGHBOURING)
-    n = None if dataset_size is None else check_count("dataset_size", dataset_size, minimum=1)
-    b = None if batch_size is None else check_count("batch_size", batch_size, minimum=1)
+    n = None if dataset_size is None else check_count("dataset_size", dataset_size, minimum=1,
+                                                      maximum=MAX_DATASET_SIZE)
+    b = None if batch_size is None else check_count("batch_size", batch_size, minimum=1,
+                                                    maximum=MAX_DATASET_SIZE)
     if n is not None and b is not None and b > n:
         raise ValueError(f"batch_size must be an integer >= 1 and <= dataset_size={n}, "
                          f"got {batch_size!r}")
@@ -398,11 +406,20 @@ SHUFFLE_UNREAD = ("; a rate k/len(loader) (k batches accumulated per recorded st
                   "for such a run")
 
 
+#: what every shuffled bound assumes of the recorded steps, which it cannot see
+SHUFFLE_PASSES_NOTE = (
+    "shuffle: the recorded steps are taken as consecutive batches of whole passes over "
+    "the data from the run's start, the last pass possibly partial (a pass cut short and "
+    "restarted, as by a new iterator mid-epoch, is not modelled)")
+
+
 def _shuffle_assumed_note(per_epoch: int) -> str:
     return (f"shuffle: ceil(n/b) = {per_epoch} batches per epoch are assumed (a loader "
             "with drop_last=False, PyTorch's default): the history's sample rates do not "
             "say which loader ran (Opacus records 1/len(loader), 1/floor(n/b) for one "
-            "with drop_last=True, which is counted as such)")
+            "with drop_last=True, which is counted as such); a rate b/n is also what a "
+            "loader of batches b/k records with k batches accumulated per step, which is "
+            "not modelled")
 
 
 def _epoch_lengths(a: Assumptions) -> Tuple[int, ...]:
@@ -503,6 +520,7 @@ def _shuffle_pairs(history, a: Assumptions, noise: NoiseOf) -> SampledPairs:
     used = (f"{B} batches per epoch" if layout.kind != "bounded"
             else f"{layout.charged} unamplified Gaussians")
     notes = tuple(n + SHUFFLE_UNREAD for n in rate_mismatch_notes(unread, a, used))
+    notes += (SHUFFLE_PASSES_NOTE,)
     if layout.kind == "bounded":
         sens = 2 if a.neighbouring == "replace_one" else 1
         sigma = min(s for s, q, c in history if c and q > 0.0)
@@ -520,8 +538,9 @@ def _shuffle_pairs(history, a: Assumptions, noise: NoiseOf) -> SampledPairs:
     count = sum(c for _, c in lower)
     total = sum(c for _, c in upper)
     if count < total:
-        notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs "
-                  "and epochs whose noise varies are left out)",)
+        notes += (f"shuffle lower bound from {count} of {total} epochs (partial epochs, "
+                  "epochs whose noise varies and epochs at sigma 0 or whose max-of-batches "
+                  "masses are beyond the float range are left out)",)
     return SampledPairs(upper, lower, rel, count, notes)
 
 

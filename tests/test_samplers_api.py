@@ -38,6 +38,11 @@ CIFAR = dict(dataset_size=50_000, batch_size=256)
     (dict(sampler="fixed_size", dataset_size=100), ["dataset_size", "batch_size"]),
     (dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100, batch_size=-1),
      ["batch_size", "-1"]),
+    # beyond 2^53 (1 / ceil(n/b) overflowed into an OverflowError past about 1.8e308)
+    (dict(sampler="shuffle", neighbouring="replace_one", dataset_size=10 ** 400,
+          batch_size=1), ["dataset_size", "9007199254740992"]),
+    (dict(sampler="fixed_size", dataset_size=2 ** 53 + 1, batch_size=1),
+     ["dataset_size", "9007199254740993"]),
 ])
 def test_bad_assumptions_raise_naming_parameter_and_value(kwargs, names):
     with pytest.raises(ValueError) as info:

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from pb_accountant.composition import BucketOptions, Composer
-from pb_accountant.samplers import (IntegerNoise, check_assumptions, delta_bounds,
-                                   sampled_pairs, shuffle_layout)
+from pb_accountant.samplers import (SHUFFLE_PASSES_NOTE, IntegerNoise, check_assumptions,
+                                   delta_bounds, sampled_pairs, shuffle_layout)
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -361,10 +361,14 @@ def test_shuffle_notes_say_which_loader_is_assumed():
     noise = lambda s: IntegerNoise(noise_pmf(1, 0.5), -1)        # noqa: E731
     by_hand = sampled_pairs([(1.0, 3 / 10, 8)], "shuffle", "replace_special", noise=noise,
                             dataset_size=10, batch_size=3)
-    assert any("ceil(n/b) = 4 batches per epoch are assumed" in n for n in by_hand.notes)
+    assert any("ceil(n/b) = 4 batches per epoch are assumed" in n
+               and "accumulated per step, which is not modelled" in n for n in by_hand.notes)
+    # (every shuffled bound says what it takes the recorded steps to be)
+    assert SHUFFLE_PASSES_NOTE in by_hand.notes
     loader = sampled_pairs([(1.0, 1 / 4, 8)], "shuffle", "replace_special", noise=noise,
                            dataset_size=10, batch_size=3)
     assert not any("assumed" in n or "differs" in n for n in loader.notes)
+    assert SHUFFLE_PASSES_NOTE in loader.notes
     big = shuffle_layout([(1.0, 1 / 1000001, 5 * 1000001)],
                          check_assumptions("shuffle", "replace_special", 10_000_001, 10))
     assert (big.kind, big.steps_per_epoch) == ("full", 1000001)
