@@ -40,9 +40,10 @@ from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussia
 from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
 
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
-           "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout", "shuffle_upper_pairs", "shuffle_lower_pairs",
-           "epochs", "available_samplers", "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "MAX_DATASET_SIZE", "GaussianNoise", "IntegerNoise",
-           "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
+           "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout",
+           "shuffle_upper_pairs", "shuffle_lower_pairs", "epochs", "available_samplers",
+           "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "MAX_DATASET_SIZE", "GaussianNoise",
+           "IntegerNoise", "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
            "bracket_lower_delta", "delta_bounds"]
 
 SAMPLERS = ("poisson", "fixed_size", "shuffle")
