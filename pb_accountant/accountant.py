@@ -104,6 +104,7 @@ class PrivacyBucketsAccountant:
         self._lock = threading.RLock()
         self._history: List[Tuple[float, float, int]] = []
         self._written = None          # the entry step() wrote last (its fast path's)
+        self._checked = ((), ())      # the history _snapshot saw last, and its entries
         self._composer = Composer(self.options)
 
     # -- history: validated when assigned, and when used ---------------------------------
@@ -142,7 +143,7 @@ class PrivacyBucketsAccountant:
             history = list(self._history)
         # an entry that is the very tuple of (float, float, int) validated last time
         # is taken as it was (immutable): a long history is not checked anew per query
-        seen, checked = getattr(self, "_checked", ((), ()))
+        seen, checked = self._checked
         out = [checked[i] if (i < len(seen) and entry is seen[i] and _is_plain(entry))
                else _validated_entry(entry, i) for i, entry in enumerate(history)]
         self._checked = (history, out)      # (one assignment: threads see either pair)
@@ -160,6 +161,7 @@ class PrivacyBucketsAccountant:
         self._composer = Composer(self.options)
         self._history = _validated_history(state["history"])
         self._written = None
+        self._checked = ((), ())
 
     # -- the Opacus contract ----------------------------------------------------------
     @classmethod
