@@ -4,7 +4,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterable, List, Optional
 
-from pb_accountant._validation import check_count, check_delta, check_real
+from pb_accountant._validation import check_count, check_delta, check_flag, check_real
 
 from ._common import (BudgetStateError, accountant_state, 
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
@@ -30,6 +30,8 @@ class BudgetMonitor:
                  sinks: Optional[Iterable[Any]], noise_multiplier: Optional[float],
                  sample_rate: Optional[float], guard_optimizer: bool):
         resolve_accountant(accountant)
+        log_on_epoch_end = check_flag("log_on_epoch_end", log_on_epoch_end)
+        guard_optimizer = check_flag("guard_optimizer", guard_optimizer)
         self.source = accountant
         self.delta = check_delta(delta)
         # max_epsilon: as BudgetGuard, any budget >= 0 (inf never stops; None: no guard)

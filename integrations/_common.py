@@ -9,7 +9,10 @@ import copy
 import inspect
 import math
 import numbers
+import operator
 from typing import Any, Optional, Tuple
+
+import numpy as np
 
 from pb_accountant._validation import MAX_STEPS, check_count, check_real
 from pb_accountant.results import EpsilonBounds
@@ -138,14 +141,25 @@ def resolve_accountant(source: Any) -> Any:
 
 
 def steps_taken(accountant: Any) -> Optional[int]:
-    """Optimisation steps recorded in an Opacus-style ``history``; None if unknown."""
+    """Optimisation steps recorded in an Opacus-style ``history``; None if unknown (a
+    count that is not a whole number >= 0 is not read as one: 2.5 is not 2 steps)."""
     history = getattr(accountant, "history", None)
     if history is None:
         return None
     try:
-        return int(sum(int(entry[2]) for entry in history))
-    except (TypeError, ValueError, IndexError):
+        return sum(_recorded_count(entry[2]) for entry in history)
+    except (TypeError, ValueError, IndexError, KeyError):
         return None
+
+
+def _recorded_count(value) -> int:
+    """A history entry's step count: a whole number >= 0 (an integer tensor too)."""
+    try:
+        return check_count("steps", value)
+    except ValueError:
+        if isinstance(value, (numbers.Number, np.generic, str)):
+            raise
+        return check_count("steps", operator.index(value))
 
 
 def schedule_in_force(accountant: Any) -> Tuple[Optional[float], Optional[float]]:

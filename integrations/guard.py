@@ -44,7 +44,8 @@ import warnings
 from typing import Any, Optional, Tuple
 
 from pb_accountant._validation import (MAX_STEPS, check_choice, check_count, check_delta,
-                                      check_noise_multiplier, check_real, check_sample_rate)
+                                      check_flag, check_noise_multiplier, check_real,
+                                      check_sample_rate)
 from pb_accountant.results import EpsilonBounds
 
 from ._common import (accumulated_iterations, epsilon_after,
@@ -184,7 +185,8 @@ class BudgetGuard:
                     '"raise" or "stop".')
     every_n_steps = _setting("every_n_steps", _check_every_n_steps,
                              "Query once per n steps (None: as needed).")
-    lookahead = _setting("lookahead", bool, "Whether the certified look-ahead is used.")
+    lookahead = _setting("lookahead", lambda value: check_flag("lookahead", value),
+                         "Whether the certified look-ahead is used.")
     lookahead_margin = _setting("lookahead_margin", _check_lookahead_margin,
                                 "Relative distance to the budget below which a look-ahead "
                                 "lets steps through without a query.")
@@ -199,7 +201,7 @@ class BudgetGuard:
         self._max_epsilon = _check_max_epsilon(max_epsilon)
         self._delta = check_delta(delta)
         self._every_n_steps = _check_every_n_steps(every_n_steps)
-        self._lookahead = bool(lookahead)
+        self._lookahead = check_flag("lookahead", lookahead)
         self._lookahead_margin = _check_lookahead_margin(lookahead_margin)
         self._engine_like = resolve_accountant(accountant) is not accountant
         self._source = accountant

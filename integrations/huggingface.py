@@ -50,6 +50,8 @@ from typing import Any, Iterable, Optional
 
 from transformers import TrainerCallback
 
+from pb_accountant._validation import check_flag
+
 from ._callback_core import BudgetMonitor, MonitorView, check_name
 
 __all__ = ["PrivacyBudgetCallback", "STATE_FILE"]
@@ -88,6 +90,8 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
                  sample_rate: Optional[float] = None, guard_optimizer: bool = True,
                  account_steps: bool = False, clear_dp_gradients: bool = True,
                  resume_from: Optional[str] = None, name: Optional[str] = None):
+        account_steps = check_flag("account_steps", account_steps)
+        clear_dp_gradients = check_flag("clear_dp_gradients", clear_dp_gradients)
         self.name = check_name(name)
         self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
                                      log_on_epoch_end, sinks, noise_multiplier, sample_rate,

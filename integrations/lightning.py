@@ -41,6 +41,8 @@ try:
 except ImportError:  # pragma: no cover - the unified "lightning" package
     import lightning.pytorch as pl
 
+from pb_accountant._validation import check_flag
+
 from ._callback_core import BudgetMonitor, MonitorView, check_name
 
 __all__ = ["PrivacyBudgetCallback"]
@@ -73,6 +75,8 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
                  guard_optimizer: bool = True, account_steps: bool = False,
                  name: Optional[str] = None):
         super().__init__()
+        prog_bar = check_flag("prog_bar", prog_bar)
+        account_steps = check_flag("account_steps", account_steps)
         self.name = check_name(name)
         self.monitor = BudgetMonitor(accountant, delta, max_epsilon, log_every_n_steps,
                                      log_on_epoch_end, sinks, noise_multiplier, sample_rate,

@@ -19,6 +19,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Optional
 
+from pb_accountant._validation import check_flag
+
 from ._common import json_float
 
 __all__ = ["BudgetRecord", "Sink", "LoggingSink", "CSVSink", "JSONLinesSink",
@@ -159,8 +161,9 @@ class _FileSink(Sink):
     """
 
     def __init__(self, path, fsync: bool = False, append: bool = True):
+        fsync, append = check_flag("fsync", fsync), check_flag("append", append)
         self.path = os.fspath(path)
-        self.fsync = bool(fsync)
+        self.fsync = fsync
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         self._fh = open(self.path, "ab" if append else "wb", buffering=0)
@@ -246,6 +249,7 @@ class TensorBoardSink(Sink):
 
     def __init__(self, log_dir=None, writer: Any = None, prefix: str = "privacy/",
                  log_schedule: bool = True):
+        log_schedule = check_flag("log_schedule", log_schedule)
         if writer is None:
             from torch.utils.tensorboard import SummaryWriter  # lazy: torch only here
             writer = SummaryWriter(log_dir=None if log_dir is None else os.fspath(log_dir))

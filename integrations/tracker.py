@@ -32,7 +32,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional
 
-from pb_accountant._validation import check_count, check_delta
+from pb_accountant._validation import check_count, check_delta, check_flag
 from pb_accountant.results import EpsilonBounds
 
 from ._common import (accountant_state, accumulated_iterations, epsilon_bounds, find_dp_optimizer,
@@ -78,7 +78,7 @@ class BudgetTracker:
         self.delta = check_delta(delta)
         self.every_n_steps = (None if every_n_steps is None
                               else check_count("every_n_steps", every_n_steps, minimum=1))
-        self.every_epoch = bool(every_epoch)
+        self.every_epoch = check_flag("every_epoch", every_epoch)
         self.sinks: List[Sink] = [as_sink(s) for s in (sinks if sinks is not None
                                                         else [LoggingSink()])]
         self.records: List[BudgetRecord] = []
@@ -259,6 +259,7 @@ class BudgetTracker:
         steps the accountant itself with ``sample_rate`` (or 1/len(data_loader)).
         The sample rate is checked with :func:`check_sample_rate`.
         """
+        account = None if account is None else check_flag("account", account)
         opt = find_dp_optimizer(optimizer)
         if opt is None:
             raise TypeError("attach() needs an Opacus DPOptimizer (with attach_step_hook), got "
@@ -266,15 +267,16 @@ class BudgetTracker:
         if self._optimizer is not None:
             raise RuntimeError("this tracker is already attached to an optimizer; detach() first")
         previous = getattr(opt, "step_hook", None)
-        self._account = previous is None if account is None else bool(account)
+        account = previous is None if account is None else account
         q = infer_sample_rate(sample_rate=sample_rate, optimizer=opt, data_loader=data_loader,
                               accountant=self.accountant)
-        if q is None and self._account:
+        if q is None and account:
             raise ValueError("the tracker must step the accountant (the optimizer has no "
                              "accounting hook) but the sample rate is unknown: pass sample_rate= "
                              "or data_loader=")
         if q is not None:
             check_sample_rate(q, data_loader, stacklevel=3)
+        self._account = account
         self._sample_rate = q
         loader = data_loader if data_loader is not None else getattr(opt, "_pb_data_loader", None)
         if loader is not None:

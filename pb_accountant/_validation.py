@@ -21,7 +21,7 @@ import numbers
 import numpy as np
 
 __all__ = ["MIN_NOISE", "MAX_NOISE", "check_real", "check_count", "check_array",
-           "check_choice", "check_delta", "check_epsilon", "check_epsilons",
+           "check_choice", "check_flag", "check_delta", "check_epsilon", "check_epsilons",
            "check_noise_multiplier", "check_sample_rate"]
 
 #: smallest positive and largest noise multiplier (sigma) the buckets can represent
@@ -121,6 +121,15 @@ def check_choice(name, value, options):
     """``value`` if it is one of ``options``."""
     if value not in options:
         raise ValueError(f"{name} must be one of {options!r}, got {value!r}")
+    return value
+
+
+def check_flag(name: str, value) -> bool:
+    """``value`` as a bool: True or False (numpy's too).  Anything else is refused, since
+    a truthy stand-in such as the string "False" would read as the opposite."""
+    value = _scalar(value)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
     return value
 
 

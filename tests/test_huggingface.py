@@ -290,3 +290,12 @@ def test_resuming_with_an_older_budget_state_warns(tmp_path):
         warnings.simplefilter("error", RuntimeWarning)
         fresh = resume()
     assert fresh.monitor.accountant.history == [(SIGMA, Q, 24)]
+
+
+@pytest.mark.parametrize("name", ["account_steps", "clear_dp_gradients", "log_on_epoch_end",
+                                  "guard_optimizer"])
+@pytest.mark.parametrize("bad", ["False", 0, None])
+def test_flags_are_true_or_false(name, bad):
+    """A truthy stand-in such as "False" would read as the opposite: refused."""
+    with pytest.raises(ValueError, match=rf"{name} must be True or False"):
+        PrivacyBudgetCallback(PrivacyBucketsAccountant(), delta=1e-5, **{name: bad})

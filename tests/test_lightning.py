@@ -219,3 +219,13 @@ def test_logger_gets_fresh_values_at_the_tensorboard_sinks_steps(tmp_path):
         assert from_logger[record.step] == pytest.approx(record.eps_upper, rel=1e-6)
     assert scalars(logger.log_dir, "epsilon_lower")[15] == pytest.approx(
         fresh_bounds([(SIGMA, Q, 15)], DELTA).lower, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["prog_bar", "account_steps", "log_on_epoch_end",
+                                  "guard_optimizer"])
+@pytest.mark.parametrize("bad", ["False", 0, None])
+def test_flags_are_true_or_false(name, bad):
+    """A truthy stand-in such as "False" would read as the opposite: refused."""
+    from pb_accountant import PrivacyBucketsAccountant
+    with pytest.raises(ValueError, match=rf"{name} must be True or False"):
+        PrivacyBudgetCallback(PrivacyBucketsAccountant(), delta=1e-5, **{name: bad})

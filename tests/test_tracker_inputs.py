@@ -116,3 +116,84 @@ def test_a_good_state_still_loads():
     fresh.load_state_dict(source.state_dict())
     assert fresh.accountant.history == source.accountant.history
     assert (fresh.step, fresh.steps_seen) == (3, 1)
+
+
+# ------------------------------------------------------------------------------------
+# flags: True or False (numpy's too), never a truthy stand-in such as "False"
+# ------------------------------------------------------------------------------------
+
+BAD_FLAGS = ["False", "no", 0, 1, None, 1.0, [True]]
+
+
+@pytest.mark.parametrize("bad", BAD_FLAGS)
+def test_tracker_flags_are_true_or_false(bad):
+    acc = PrivacyBucketsAccountant()
+    with pytest.raises(ValueError, match=r"every_epoch must be True or False"):
+        BudgetTracker(acc, DELTA, every_epoch=bad, sinks=[])
+    t = tracker(2)
+    before = counters(t)
+    if bad is None:
+        return                          # (attach's account=None: decided by the hook)
+    # (checked before the optimizer is even looked at: nothing is attached)
+    with pytest.raises(ValueError, match=r"account must be True or False"):
+        t.attach(object(), account=bad)
+    assert counters(t) == before and t._optimizer is None
+
+
+@pytest.mark.parametrize("bad", BAD_FLAGS)
+def test_guard_lookahead_is_true_or_false(bad):
+    from pb_accountant.integrations import BudgetGuard
+    acc = PrivacyBucketsAccountant()
+    with pytest.raises(ValueError, match=r"lookahead must be True or False"):
+        BudgetGuard(acc, 3.0, DELTA, lookahead=bad)
+    guard = BudgetGuard(acc, 3.0, DELTA, lookahead=False)
+    with pytest.raises(ValueError, match=r"lookahead must be True or False"):
+        guard.lookahead = bad
+    assert guard.lookahead is False
+
+
+@pytest.mark.parametrize("bad", BAD_FLAGS)
+def test_sink_and_monitor_flags_are_true_or_false(bad, tmp_path):
+    from pb_accountant.integrations import CSVSink, JSONLinesSink, TensorBoardSink
+    for sink, name in ((CSVSink, "fsync"), (JSONLinesSink, "append")):
+        path = tmp_path / f"{sink.__name__}.log"
+        with pytest.raises(ValueError, match=rf"{name} must be True or False"):
+            sink(path, **{name: bad})
+        assert not path.exists()                      # nothing opened, nothing truncated
+    with pytest.raises(ValueError, match=r"log_schedule must be True or False"):
+        TensorBoardSink(writer=object(), log_schedule=bad)
+    acc = PrivacyBucketsAccountant()
+    for name in ("log_on_epoch_end", "guard_optimizer"):
+        args = dict(log_on_epoch_end=True, guard_optimizer=True)
+        args[name] = bad
+        with pytest.raises(ValueError, match=rf"{name} must be True or False"):
+            BudgetMonitor(acc, DELTA, 3.0, None, sinks=[], noise_multiplier=None,
+                          sample_rate=None, **args)
+
+
+def test_numpy_bools_are_flags(tmp_path):
+    import numpy as np
+    from pb_accountant.integrations import BudgetGuard, CSVSink
+    acc = PrivacyBucketsAccountant()
+    assert BudgetTracker(acc, DELTA, every_epoch=np.False_, sinks=[]).every_epoch is False
+    assert BudgetGuard(acc, 3.0, DELTA, lookahead=np.True_).lookahead is True
+    sink = CSVSink(tmp_path / "a.csv", fsync=np.bool_(True))
+    assert sink.fsync is True
+    sink.close()
+
+
+def test_steps_taken_reads_whole_counts_only():
+    """Another accountant's history whose count is not a whole number is not a step
+    count: 2.5 was read as 2 steps."""
+    import numpy as np
+    from pb_accountant.integrations._common import steps_taken
+
+    class Other:
+        history = None
+    acc = Other()
+    for history, steps in (([(1.0, 0.1, 3), (1.0, 0.1, np.int64(2))], 5),
+                           ([(1.0, 0.1, 3.0)], 3), ([(1.0, 0.1, 2.5)], None),
+                           ([(1.0, 0.1, -1)], None), ([(1.0, 0.1, True)], None),
+                           ([(1.0, 0.1, "3")], None), ([(1.0, 0.1)], None), ([], 0)):
+        acc.history = history
+        assert steps_taken(acc) == steps, history
