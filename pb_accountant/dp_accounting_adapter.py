@@ -18,6 +18,18 @@ Supported events (anything else: ``supports`` is False, never a wrong number):
 * both: ``SelfComposedDpEvent``, ``ComposedDpEvent``, ``NoOpDpEvent``,
   ``NonPrivateDpEvent`` (epsilon inf, delta 1).
 
+REPLACE_ONE reads a Gaussian's noise multiplier as ``GaussianDpEvent`` defines it (sigma
+/ C with every record's norm at most C), so replacing one record moves the sum by up to
+2C: N(2) vs N(0) for a plain step, (1-g) N(0) + g N(2) vs N(0) for a
+``SampledWithoutReplacementDpEvent`` (g = sample_size / source_dataset_size;
+docs/method.md §10). dp_accounting's ``PLDAccountant`` reads the plain and
+Poisson-sampled Gaussian the same way, but its ``RdpAccountant`` (the only dp_accounting
+accountant that takes ``SampledWithoutReplacementDpEvent``) charges a Gaussian under
+REPLACE_ONE as a sum moving by C (Renyi divergence alpha / (2 sigma^2)), i.e. as pb
+charges the event with twice the noise, and its epsilon can lie below pb's certified
+lower bound (fixed-size batch 10 of 1000, sigma 1, 1000 steps, delta 1e-5: RDP 3.58, pb
+13.36). For the RDP reading, compose the Gaussian with noise multiplier 2 sigma.
+
 Not supported, because no certified pair is implemented: ``ZCDpEvent`` (a zCDP
 statement is not a pair of distributions), ``MixtureOfGaussiansDpEvent``,
 ``DiscreteLaplaceDpEvent``, ``TruncatedSubsampledGaussianDpEvent``,
@@ -95,6 +107,20 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         self._contains_non_dp_event = False
         self._samplers = set()
 
+    # -- pickling and copying, as dp_accounting's accountants allow --------------------
+    def __getstate__(self):
+        # (the lock cannot be pickled: deepcopy and pickle raised TypeError)
+        with self._lock:
+            state = dict(self.__dict__)
+            state["_pairs"] = list(self._pairs)
+            state["_samplers"] = set(self._samplers)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     # -- events to pairs --------------------------------------------------------------
     def _leaf_pair(self, event) -> Tuple[Optional[MechanismPair], Optional["_Details"], bool]:
         """(pair or None, error, non_private) for a leaf event."""
@@ -119,6 +145,10 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                 return None, _no_pair(event, _NOISE_RANGE.format(event.noise_multiplier)), False
             if _is_zero(event.noise_multiplier):
                 return None, None, True
+            if 1.0 / float(event.noise_multiplier) > _MAX_LAPLACE_EPSILON0:
+                # (1e-308: eps0 = 1e308 is finite, but twice it is not: every query
+                # raised an internal NaN error; mechanisms.Laplace checks eps0 alone)
+                return None, _no_pair(event, _LAPLACE_RANGE.format(event.noise_multiplier)), False
             return self._make(event, lambda: Laplace(float(event.noise_multiplier)))
         if isinstance(event, dp_event.RandomizedResponseDpEvent):
             if not replace:
@@ -223,7 +253,11 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         """dp_accounting's ``compose``, with ``count`` checked first (an integer in
         [1, MAX_STEPS]: a ValueError naming it, before any state changes)."""
         count = check_count("count", count, minimum=1, maximum=MAX_STEPS)
-        return super().compose(event, count)        # (an int: numpy's are not to its ledger)
+        # dp_accounting checks the event, writes the ledger, then composes, dropping the
+        # second pass's error: one lock over all three, or a concurrent compose between
+        # them (merged count past MAX_STEPS) left the ledger ahead of the bounds
+        with self._lock:
+            return super().compose(event, count)    # (an int: numpy's are not to its ledger)
 
     def _maybe_compose(self, event, count: int, do_compose: bool):
         # the whole event is checked (every leaf, and each merged count against
@@ -381,21 +415,29 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
     def get_tradeoff_bounds(self, fpr=None, **kwargs):
         """Certified bounds on the trade-off curve and the attacker's TPR at ``fpr``
         (docs/attack-risk.md); see :func:`pb_accountant.tradeoff.tradeoff_bounds`."""
-        from .tradeoff import _check_fpr, tradeoff_bounds, trivial_tradeoff
-        _check_fpr(fpr)                                     # user errors raise first
+        from .tradeoff import _check_fpr, _check_options, tradeoff_bounds, trivial_tradeoff
+        _check_fpr(fpr)                                     # user errors raise first,
+        _check_options(**kwargs)                            # before any composition
+        mu_alpha_min = kwargs.get("mu_alpha_min", 1e-6)
         if self._contains_non_dp_event:
-            return trivial_tradeoff(fpr, note="a NonPrivateDpEvent was composed: no guarantee")
+            return trivial_tradeoff(fpr, note="a NonPrivateDpEvent was composed: no guarantee",
+                                    mu_alpha_min=mu_alpha_min)
         try:
             return tradeoff_bounds(self.engine(), fpr, **kwargs)
         except ENGINE_LIMITS as exc:
             reason = engine_limit_reason(exc)
             warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
                           RuntimeWarning, stacklevel=2)
-            return trivial_tradeoff(fpr, note=reason)
+            return trivial_tradeoff(fpr, note=reason, mu_alpha_min=mu_alpha_min)
 
 
 #: the range of a noise parameter (a finite real number, not a bool or a string)
 _NOISE_RANGE = "noise_multiplier must be a finite real number >= 0, got {!r}"
+#: the largest pure-DP epsilon 1 / noise_multiplier of a LaplaceDpEvent the Laplace pair
+#: is used for (its loss span 2 eps0 and the engine's sums of it stay finite)
+_MAX_LAPLACE_EPSILON0 = 2.0 ** 1020
+_LAPLACE_RANGE = ("LaplaceDpEvent noise_multiplier must be 0 or >= 2**-1020 (about 8.9e-308; "
+                  "its epsilon 1 / noise_multiplier at most 2**1020), got {!r}")
 #: smallest positive double: the lower bound at delta = 0 is the one at this delta
 _TINY = 5e-324
 #: where delta(inf) is bounded from above (delta is non-increasing)

@@ -57,6 +57,7 @@ UNSUPPORTED_AR = [
     de.GaussianDpEvent(10 ** 400),                        # past the floats (OverflowError)
     de.LaplaceDpEvent(10 ** 400),
     de.LaplaceDpEvent(1e-320),                            # eps0 = inf (an internal error)
+    de.LaplaceDpEvent(1e-308),                            # eps0 finite, 2 eps0 = inf (idem)
     de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 10 ** 15 + 1),   # past MAX_STEPS
     de.SelfComposedDpEvent(de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 10 ** 8), 10 ** 8),
 ]
@@ -569,3 +570,101 @@ def test_delta_one_lower_bound_is_zero_even_after_a_non_private_event():
     bounds = acc.get_epsilon_bounds(1.0)
     assert bounds.lower == 0.0 and bounds.upper == math.inf
     assert acc.get_epsilon_bounds(0.5).lower == math.inf
+
+
+# (the engine's numpy arithmetic overflows harmlessly to inf for eps0 past ~1e100)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_laplace_whose_loss_span_overflows_is_refused_naming_the_range():
+    """LaplaceDpEvent(1e-308): eps0 = 1e308 is finite but 2 eps0 is not; compose used to
+    accept it and every query raised an internal NaN error.  It is refused (naming the
+    parameter, its value and the valid range) before anything changes; the smallest
+    accepted noise, 2**-1020, still answers the exact pure-DP curve."""
+    acc = PrivacyBucketsDpAccountant(AR).compose(de.GaussianDpEvent(2.0))
+    before = acc.get_epsilon_bounds(1e-6)
+    for b in (1e-308, 1.1e-308, 2.0 ** -1021):
+        event = de.LaplaceDpEvent(b)
+        assert not acc.supports(event)
+        with pytest.raises(dpa.UnsupportedEventError,
+                           match=r"noise_multiplier must be 0 or >= 2\*\*-1020 .*got " + repr(b)):
+            acc.compose(de.ComposedDpEvent([de.GaussianDpEvent(1.0), event]))
+    assert acc.get_epsilon_bounds(1e-6) == before
+    assert acc.ledger == de.GaussianDpEvent(2.0)
+    # the boundary: eps0 = 2**1020, delta(eps) = 1 - exp((eps - eps0) / 2) for eps <= eps0
+    edge = PrivacyBucketsDpAccountant(AR).compose(de.LaplaceDpEvent(2.0 ** -1020))
+    eps0 = 2.0 ** 1020
+    true_eps = eps0 + 2.0 * math.log1p(-1e-6)            # = eps0 in floating point
+    eb = edge.get_epsilon_bounds(1e-6)
+    assert eb.lower <= true_eps * (1 + 1e-12) and eb.upper >= true_eps * (1 - 1e-12)
+    assert math.isfinite(eb.upper)
+    db = edge.get_delta_bounds(np.array([0.0, eps0 / 2]))
+    true_delta = -np.expm1((np.array([0.0, eps0 / 2]) - eps0) / 2)   # 1, 1 in floating point
+    assert np.all(db.lower <= true_delta * (1 + 1e-12))
+    assert np.all(db.upper >= true_delta * (1 - 1e-12))
+    assert np.all(db.upper <= 1.0)
+
+
+def test_concurrent_compose_cannot_leave_the_ledger_ahead_of_the_bounds():
+    """dp_accounting's compose checks the event, writes the ledger and composes in three
+    steps and ignores an error in the last.  A second thread composing between them
+    (each count within MAX_STEPS, their sum past it) used to be written to the ledger
+    (1.2e15 steps) while the bounds covered 6e14, with no error to either thread."""
+    import threading
+    acc = PrivacyBucketsDpAccountant(AR)
+    event, n = de.GaussianDpEvent(3.0), 6 * 10 ** 14
+    real, errors, other = acc._ledger.compose, [], []
+
+    def second():
+        try:
+            acc.compose(event, n)
+        except dpa.UnsupportedEventError as exc:
+            errors.append(str(exc))
+
+    def hooked(e, count=1):
+        out = real(e, count)
+        if not other:
+            other.append(threading.Thread(target=second))
+            other[0].start()
+            other[0].join(1.0)            # blocks on the lock now: it finishes afterwards
+        return out
+
+    acc._ledger.compose = hooked
+    acc.compose(event, n)
+    other[0].join()
+    assert len(errors) == 1
+    assert "1200000000000000" in errors[0]          # refused, naming the merged count
+    assert acc.ledger == de.SelfComposedDpEvent(event, n)
+    assert acc.history == ((acc.history[0][0], n),)
+
+
+@pytest.mark.parametrize("relation,events", [
+    (AR, [de.GaussianDpEvent(1.0), de.PoissonSampledDpEvent(0.1, de.LaplaceDpEvent(1.0)),
+          de.PoissonSampledDpEvent(0.01, de.GaussianDpEvent(0.0)), de.LaplaceDpEvent(2.0)]),
+    (R1, [de.RandomizedResponseDpEvent(0.3, 4), de.GaussianDpEvent(3.0)]
+         + ([de.SampledWithoutReplacementDpEvent(100, 10, de.GaussianDpEvent(1.0)),
+             de.PoissonSampledDpEvent(0.2, de.GaussianDpEvent(1.0))] if HAS_SAMPLERS else [])),
+], ids=["add_remove", "replace_one"])
+def test_deepcopy_and_pickle_as_dp_accountings_accountants(relation, events):
+    """dp_accounting's PLD and RDP accountants deepcopy and pickle; the adapter raised
+    TypeError (its lock).  A copy answers bitwise as the original, carries its ledger,
+    relation and tags, and composing into it leaves the original unchanged."""
+    import copy
+    import pickle
+    acc = PrivacyBucketsDpAccountant(relation)
+    for event in events:
+        acc.compose(event, 3)
+    eps = np.array([0.0, 1.0])
+    before_e, before_d = acc.get_epsilon_bounds(0.1), acc.get_delta_bounds(eps)
+    for clone in (copy.deepcopy, lambda a: pickle.loads(pickle.dumps(a))):
+        other = clone(acc)
+        assert other.neighboring_relation == relation
+        assert other.ledger == acc.ledger and other.history == acc.history
+        assert other.get_epsilon_bounds(0.1) == before_e          # bitwise, tags included
+        d = other.get_delta_bounds(eps)
+        assert np.array_equal(d.lower, before_d.lower) and np.array_equal(d.upper, before_d.upper)
+        other.compose(de.GaussianDpEvent(2.0))
+        assert other.get_epsilon(0.1) > before_e.upper
+        assert other.ledger != acc.ledger
+        assert acc.get_epsilon_bounds(0.1) == before_e
+    non_private = pickle.loads(pickle.dumps(PrivacyBucketsDpAccountant(AR).compose(
+        de.NonPrivateDpEvent())))
+    assert non_private.get_epsilon(0.5) == math.inf
