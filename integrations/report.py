@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pb_accountant._validation import (MAX_STEPS, check_array, check_count, check_delta,
+from pb_accountant._validation import (MAX_STEPS, check_count, check_delta,
                                       check_noise_multiplier, check_real, check_sample_rate)
 
 __all__ = ["privacy_report", "PrivacyReport", "DEFAULT_DELTAS", "load_source"]
@@ -377,17 +377,19 @@ def _fmt(x, up=True, sig=4) -> str:
         return "∞"
     if x == 0:
         return "0"
-    exp = math.floor(math.log10(abs(x)))
+    # the exact value rounded in decimal (x * 10^k in floats rounds, so a ceiling of it
+    # could display an upper bound below the float it shows, e.g. 0.0008297000000000001
+    # as 0.0008297); the exponent is the exact floor(log10 |x|)
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+    exact = Decimal(x)
+    exp = exact.adjusted()
+    v = exact.quantize(Decimal(1).scaleb(exp - sig + 1),
+                       rounding=ROUND_CEILING if up else ROUND_FLOOR)
     if abs(exp) > 290:
-        # (10^(sig - 1 - exp) is beyond the float range: round the exact value in
-        # decimal, e.g. a subnormal sample rate)
-        from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-        v = Decimal(x).quantize(Decimal(1).scaleb(exp - sig + 1),
-                                rounding=ROUND_CEILING if up else ROUND_FLOOR)
+        # (a subnormal sample rate, say: the text straight from the decimal)
         return f"{v:.{sig - 1}e}"
-    scale = 10.0 ** (sig - 1 - exp)
-    v = (math.ceil(x * scale) if up else math.floor(x * scale)) / scale
-    return f"{v:.{sig}g}"
+    # v has at most sig significant digits: the nearest double's sig-digit text is v
+    return f"{float(v):.{sig}g}"
 
 
 def _training_line(h: Dict[str, Any]) -> str:
@@ -503,8 +505,10 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
     """(data, curve, trade-off bounds on the plot grid): everything but the files."""
     from pb_accountant import __version__
     deltas = [check_delta(d, "deltas") for d in deltas]
-    fpr = check_array("fpr", np.atleast_1d(np.asarray(fpr, dtype=float)), low=0.0, high=1.0,
-                      low_open=True).tolist()
+    from pb_accountant.tradeoff import _check_fpr
+    # the library's check (range [MIN_FPR, 1], no bools or strings), here before any
+    # bound is computed, naming the caller's values (not the plot grid merged with them)
+    fpr = _check_fpr(fpr).tolist()
     log = source_info.get("last_record")
     if log is not None and log.get("delta") is not None:
         d = float(log["delta"])

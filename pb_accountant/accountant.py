@@ -431,8 +431,9 @@ class PrivacyBucketsAccountant:
         false-positive rate in ``fpr`` (default 1e-3, 1e-2, 0.1) and the GDP mu bracket
         (a :class:`pb_accountant.tradeoff.TradeoffBounds`).  At an engine limit the
         trivial bounds come back with the reason in ``notes``."""
-        from .tradeoff import _check_fpr, tradeoff_bounds, trivial_tradeoff
-        _check_fpr(fpr)                                     # user errors raise first
+        from .tradeoff import _check_fpr, _check_options, tradeoff_bounds, trivial_tradeoff
+        _check_fpr(fpr)                                     # user errors raise first,
+        _check_options(**kwargs)                            # before any composition
         try:
             sampled = getattr(self, "_sampled", None)       # samplers with a bracket
             sp = sampled(self._snapshot()) if sampled is not None else None
@@ -448,7 +449,8 @@ class PrivacyBucketsAccountant:
             reason = engine_limit_reason(exc)
             warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
                           RuntimeWarning, stacklevel=2)
-            return trivial_tradeoff(fpr, note=reason)
+            return trivial_tradeoff(fpr, note=reason,
+                                    mu_alpha_min=kwargs.get("mu_alpha_min", 1e-6))
 
     def get_tpr_bounds(self, fpr):
         """Certified (lower, upper) bounds on an attacker's best true-positive rate at

@@ -241,6 +241,8 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
     max_points = check_count("max_points", max_points, minimum=100, maximum=10_000_000)
     mu_points = check_count("mu_points", mu_points, minimum=2, maximum=100_000)
     alpha_min = float(min(alpha.min(), mu_alpha_min))
+    delta_up = _checked_curve("delta_up", delta_up)
+    delta_low = _checked_curve("delta_low", delta_low)
     eps = _eps_grid(alpha_min, eps_step, max_points, delta_up)
     up = {d: np.clip(np.asarray(delta_up(d, eps), dtype=float), 0.0, 1.0) for d in ("ab", "ba")}
     low = {d: np.clip(np.asarray(delta_low(d, eps), dtype=float), 0.0, 1.0) for d in ("ab", "ba")}
@@ -280,6 +282,32 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
     mu_up = _mu_upper(grid, *cell_lower(grid[:-1], grid[1:]), mu_lo)
     return TradeoffBounds(alpha, b_lo, b_up, tpr_lo, tpr_up, mu_lo, mu_up, mu_alpha_min,
                           tuple(notes))
+
+
+def _checked_curve(name: str, curve: Callable) -> Callable:
+    """``curve`` returning a float array of the shape of its eps (a number broadcast):
+    a ValueError naming it otherwise (a list of another length failed in broadcasting,
+    a number in ``np.concatenate``, with numpy's words only)."""
+    if not callable(curve):
+        raise ValueError(f"{name} must be a function (direction, eps) -> deltas, "
+                         f"got {curve!r}")
+
+    def checked(direction, eps):
+        eps = np.asarray(eps, dtype=float)
+        raw = curve(direction, eps)
+        try:
+            out = np.asarray(raw, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}({direction!r}, eps) must return numbers (an array "
+                             f"of the shape of eps, {eps.shape}), got {raw!r}") from None
+        if out.shape == eps.shape:
+            return out
+        if out.ndim == 0:
+            return np.full(eps.shape, float(out))
+        raise ValueError(f"{name}({direction!r}, eps) must return an array of the shape "
+                         f"of eps, {eps.shape}, got shape {out.shape}")
+
+    return checked
 
 
 def _z_upper_tail(alpha):
@@ -371,6 +399,7 @@ def _mu_upper(grid, f_left, f_right, mu_start: float) -> float:
 def trivial_tradeoff(fpr=None, note: str = "", mu_alpha_min: float = 1e-6) -> TradeoffBounds:
     """The bounds that hold for any mechanism: 0 <= f(alpha) <= 1 - alpha."""
     alpha = _check_fpr(fpr)
+    mu_alpha_min = check_real("mu_alpha_min", mu_alpha_min, low=MIN_FPR, high=0.25)
     notes = (note,) if note else ()
     return TradeoffBounds(alpha, np.zeros_like(alpha), _one_minus_alpha_up(alpha),
                           _down(alpha).clip(0.0, 1.0), np.ones_like(alpha), 0.0, math.inf,
@@ -419,10 +448,23 @@ def tradeoff_bounds(engine, fpr=None, **kwargs) -> TradeoffBounds:
                               mu_alpha_min=kwargs.get("mu_alpha_min", 1e-6)))
 
 
-def _check_options(*, mu_alpha_min: float = 1e-6, eps_step: float = 1e-3,
-                   max_points: int = 50_000, mu_points: int = 400) -> None:
+#: the keyword options of ``tradeoff_bounds`` (``tradeoff_from_curves``' own)
+OPTIONS = ("mu_alpha_min", "eps_step", "max_points", "mu_points")
+
+
+def _check_options(**options) -> None:
     """``tradeoff_from_curves``' options checked as it checks them (ValueErrors naming
-    them), for an answer that does not reach it."""
+    them), for an answer that does not reach it; an unknown name is a ValueError naming
+    it and the options (a TypeError naming this function before)."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown!r} for the trade-off bounds; the "
+                         f"options are {list(OPTIONS)!r}")
+    _check_known_options(**options)
+
+
+def _check_known_options(*, mu_alpha_min: float = 1e-6, eps_step: float = 1e-3,
+                         max_points: int = 50_000, mu_points: int = 400) -> None:
     check_real("mu_alpha_min", mu_alpha_min, low=MIN_FPR, high=0.25)
     check_real("eps_step", eps_step, low=1e-6, high=1.0)
     check_count("max_points", max_points, minimum=100, maximum=10_000_000)
