@@ -194,6 +194,9 @@ class BudgetMonitor:
             raise ValueError(f"state['guard'] must be a dict or None, got {guard!r}")
         if guard is not None:
             BudgetGuard.check_state(guard)           # before anything is restored
+        stopped = state.get("stopped")
+        if stopped is not None:
+            check_flag("state['stopped']", stopped)
         self.restored = restore_accountant(self.accountant, state.get("accountant"))
         self.tracker.epoch, self.tracker.steps_seen = epoch, seen
         self._guard_state = guard

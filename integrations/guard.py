@@ -436,7 +436,8 @@ class BudgetGuard:
             self.refused_steps += 1
             return False
         plan = self._plan
-        if (plan is not None and num_steps == 1 and type(noise_multiplier) is float
+        if (plan is not None and type(num_steps) is int and num_steps == 1
+                and type(noise_multiplier) is float
                 and type(sample_rate) is float):      # fast path: a look-ahead covers it
             source = self._source                    # resolved as in resolve_accountant
             acc = source.accountant if self._engine_like else source
@@ -509,6 +510,16 @@ class BudgetGuard:
         check it before they change anything."""
         if not isinstance(state, dict) or "should_stop" not in state:
             raise ValueError(f"state must be a dict from BudgetGuard.state_dict(), got {state!r}")
+        # every field is checked here, before a caller restores anything: a malformed
+        # one must not pass for a stop (bool("false") is True) nor fail half-way through
+        check_flag("state['should_stop']", state["should_stop"])
+        if state.get("max_epsilon") is not None:
+            check_real("state['max_epsilon']", state["max_epsilon"], low=0.0, allow_inf=True)
+        if state.get("delta") is not None:
+            check_delta(state["delta"], "state['delta']")
+        message = state.get("stop_message")
+        if message is not None and not isinstance(message, str):
+            raise ValueError(f"state['stop_message'] must be a string or None, got {message!r}")
         return check_count("state['refused_steps']", state.get("refused_steps", 0))
 
     def load_state_dict(self, state: dict) -> None:

@@ -255,7 +255,7 @@ class PrivacyBucketsAccountant:
             theirs = {}
         if not isinstance(theirs, _MappingABC):
             raise ValueError(f"state_dict['assumptions'] must be a mapping, got {theirs!r}")
-        unknown = sorted(set(theirs) - set(Assumptions().as_dict()))
+        unknown = sorted(set(theirs) - set(Assumptions().as_dict()), key=repr)
         if unknown:
             raise ValueError(f"state_dict['assumptions'] has unknown key(s) {unknown!r}; "
                              f"known: {sorted(Assumptions().as_dict())!r}")
@@ -271,7 +271,7 @@ class PrivacyBucketsAccountant:
         if not isinstance(options, _MappingABC):
             raise ValueError(f"state_dict['options'] must be a mapping, got {options!r}")
         known = set(_option_names())
-        unknown = sorted(set(options) - known)
+        unknown = sorted(set(options) - known, key=repr)
         if unknown:
             raise ValueError(f"state_dict['options'] has unknown option(s) {unknown!r}; "
                              f"known: {sorted(known)!r}")

@@ -782,12 +782,14 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
 
     A delta query does not know its answer's size in advance, so it first composes for
     the default delta class; the infinity mass and round-off that class allows leave an
-    absolute floor near 1e-14.  Where the smallest upper bound found lies below the
-    class, the history is composed again for the class of that answer (at least
-    SMALLEST_DELTA_CLASS) and every entry keeps the tighter of its two certified
-    brackets.  Large leaf grids start COARSE_LEVEL halvings coarser, as epsilon queries
-    do (the default grids answer where that start reaches the floating-point range,
-    COARSE_PASS_LIMITS).  The decisions depend on the history and epsilon alone.
+    absolute floor near 1e-14.  Where an upper bound found lies below the class, the
+    history is composed again for the class of that answer (at least
+    SMALLEST_DELTA_CLASS; an array's entries each for the class of their own answer,
+    so that an entry is bitwise its scalar query, whatever else is asked with it) and
+    that entry keeps the tighter of its two certified brackets.  Large leaf grids start
+    COARSE_LEVEL halvings coarser, as epsilon queries do (the default grids answer where
+    that start reaches the floating-point range, COARSE_PASS_LIMITS).  The decisions
+    depend on the history and epsilon alone.
     """
     history = canonical_history(history)
     # (no coarser than COARSE_LEVEL: a delta query answers on its first grids)
@@ -799,25 +801,49 @@ def adaptive_delta_bounds(composer: Composer, history, epsilon,
             raise
         start = composer           # a coarse start beyond the floating-point range
         first = compose_history(start, history, None, methods).delta_bounds(epsilon)
+    # Each epsilon's bracket is tightened on the grids of its own answer's class, as a
+    # query of that epsilon alone would be: an entry of an array (or of a privacy curve)
+    # gets bitwise what the scalar query gets, whatever else is asked with it
     upper = np.atleast_1d(np.asarray(first.upper, dtype=float))
-    small = upper[(upper > 0.0) & np.isfinite(upper)]
-    if small.size == 0:
+    targets = np.maximum(upper, SMALLEST_DELTA_CLASS)
+    by_class: Dict[float, List[int]] = {}
+    for i in np.flatnonzero((upper > 0.0) & np.isfinite(upper)):
+        cls = delta_class(float(targets[i]))
+        if cls < DEFAULT_DELTA_CLASS:
+            by_class.setdefault(cls, []).append(int(i))
+    if not by_class:
         return first
-    target = max(float(small.min()), SMALLEST_DELTA_CLASS)
-    if delta_class(target) >= DEFAULT_DELTA_CLASS:
-        return first
-    try:
-        second = compose_history(start, history, target, methods).delta_bounds(epsilon)
-    except (MemoryError, OverflowError, FloatingPointError) as exc:
-        # the first answer stands (certified); say why it was not tightened
-        note = (f"delta bounds from the default delta class: composing for {target:.1e} "
-                f"reached an engine limit ({type(exc).__name__})")
-        return dataclasses.replace(first, notes=first.notes + (note,))
-    up = np.minimum(first.upper, second.upper)
-    low = np.minimum(np.maximum(first.lower, second.lower), up)
-    if np.ndim(first.upper) == 0:
-        up, low = float(up), float(low)
-    return dataclasses.replace(second, lower=low, upper=up)
+    scalar = np.ndim(first.upper) == 0
+    eps = np.atleast_1d(np.asarray(first.epsilon, dtype=float))
+    up = upper.copy()
+    low = np.atleast_1d(np.asarray(first.lower, dtype=float)).copy()
+    reported, notes = first, ()
+    for k, cls in enumerate(sorted(by_class)):
+        idx = np.asarray(by_class[cls])
+        target = float(targets[idx].min())
+        try:
+            composed = compose_history(start, history, target, methods)
+            # (the smallest class's composition reports the grid and notes, over every
+            # epsilon, as a single composition for the smallest answer did)
+            second = composed.delta_bounds(epsilon if k == 0 else eps[idx])
+        except (MemoryError, OverflowError, FloatingPointError) as exc:
+            # the first answer stands for these entries (certified); say why it was not
+            # tightened
+            notes += (f"delta bounds from the default delta class: composing for "
+                      f"{target:.1e} reached an engine limit ({type(exc).__name__})",)
+            continue
+        if k == 0:
+            reported = second
+        s_up = np.atleast_1d(np.asarray(second.upper, dtype=float))
+        s_low = np.atleast_1d(np.asarray(second.lower, dtype=float))
+        if k == 0:
+            s_up, s_low = s_up[idx], s_low[idx]
+        up[idx] = np.minimum(up[idx], s_up)
+        low[idx] = np.minimum(np.maximum(low[idx], s_low), up[idx])
+    if scalar:
+        return dataclasses.replace(reported, lower=float(low[0]), upper=float(up[0]),
+                                   notes=reported.notes + notes)
+    return dataclasses.replace(reported, lower=low, upper=up, notes=reported.notes + notes)
 
 
 #: how the note on a lower bound of 0 beside a large upper bound begins
