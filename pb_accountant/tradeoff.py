@@ -43,7 +43,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 from scipy import special
 
-from ._fp import UNIT_ROUNDOFF as _U
+from ._fp import UNIT_ROUNDOFF as _U, two_sum
 from ._validation import check_array, check_count, check_real
 from .mechanisms import normal_cdf_upper, normal_quantile_bracket
 
@@ -115,8 +115,18 @@ def _check_fpr(fpr, name="fpr") -> np.ndarray:
     return arr.ravel()
 
 
+def _one_minus(b, up: bool):
+    """1 - b rounded down (``up`` False) or up, moved by an ulp only where the
+    subtraction rounded the other way (its exact error from ``two_sum``): at FPR 1, where
+    f = 0, the TPR is then exactly 1 (an ulp below it before, always)."""
+    t, err = two_sum(1.0, -np.asarray(b, dtype=float))        # t + err = 1 - b exactly
+    if up:
+        return np.where(err > 0.0, np.nextafter(t, np.inf), t)
+    return np.where(err < 0.0, np.nextafter(t, -np.inf), t)
+
+
 def _one_minus_alpha_up(alpha):
-    return np.minimum(_up(1.0 - alpha), 1.0)
+    return np.minimum(_one_minus(alpha, up=True), 1.0)
 
 
 def _best_lines(alpha, eps, d_up_fwd, d_up_rev):
@@ -268,9 +278,11 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
                           _beta_upper_one_order(a, eps, low["ba"], low["ab"]))
 
     b_lo = np.minimum(beta_lower(alpha), _one_minus_alpha_up(alpha))
-    b_up = np.maximum(beta_upper(alpha), b_lo)
-    tpr_lo = np.clip(_down(1.0 - b_up), 0.0, 1.0)
-    tpr_up = np.clip(_up(1.0 - b_lo), 0.0, 1.0)
+    # (f(alpha) <= 1 - alpha for every pair, the test that ignores its input: at FPR 1,
+    # f = 0 and the TPR is 1)
+    b_up = np.maximum(np.minimum(beta_upper(alpha), _one_minus_alpha_up(alpha)), b_lo)
+    tpr_lo = np.clip(_one_minus(b_up, up=False), 0.0, 1.0)
+    tpr_up = np.clip(_one_minus(b_lo, up=True), 0.0, 1.0)
 
     # GDP mu on [mu_alpha_min, 1 - mu_alpha_min]: geometric in alpha near 0 and in
     # 1 - alpha near 1 (f and G_mu both vanish at alpha = 1)

@@ -170,3 +170,26 @@ def test_trivial_tradeoff_checks_mu_alpha_min():
                                          r"got -5\.0"):
         trivial_tradeoff([0.1], mu_alpha_min=-5.0)
     assert trivial_tradeoff([0.1], mu_alpha_min=1e-3).mu_alpha_min == 1e-3
+
+
+def test_tpr_bounds_are_one_minus_beta_rounded_outward_only_where_needed():
+    """The TPR bounds are 1 - f's bounds rounded outward, moved an ulp only where the
+    subtraction rounded inward: at FPR 1 (f = 0 for every mechanism) the TPR is exactly
+    1 (it was 1 - 2^-53 below, always), and every bound still brackets 1 - f exactly."""
+    from fractions import Fraction
+    import numpy as np
+    from pb_accountant.tradeoff import _one_minus
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.02, 100)]
+    for tb in (acc.get_tradeoff_bounds([0.5, 1.0]),
+               tradeoff_bounds(compose([(Gaussian(0.5), 3)]), [1.0])):
+        assert tb.tpr_lower[-1] == 1.0 and tb.tpr_upper[-1] == 1.0
+        assert tb.beta_lower[-1] == 0.0
+    rng = np.random.default_rng(3)
+    b = np.concatenate((rng.uniform(0, 1, 2000), 10.0 ** rng.uniform(-300, 0, 2000),
+                        [0.0, 1.0, 0.5, 2.0 ** -53, 2.0 ** -54, 1e-300]))
+    low, high = _one_minus(b, up=False), _one_minus(b, up=True)
+    for x, lo, hi in zip(b.tolist(), low.tolist(), high.tolist()):
+        exact = 1 - Fraction(x)
+        assert Fraction(lo) <= exact <= Fraction(hi)
+        assert hi == lo or np.nextafter(lo, 2.0) == hi      # at most one ulp apart
