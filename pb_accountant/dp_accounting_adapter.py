@@ -207,12 +207,15 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                 return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
             q = float(q)
         else:
-            n, b = event.source_dataset_size, event.sample_size
+            # (numpy integers are integers; beyond 2^53 the rate b/n is not a float's,
+            # as the samplers' own sizes)
+            n, b = _scalar(event.source_dataset_size), _scalar(event.sample_size)
             if (isinstance(n, bool) or isinstance(b, bool) or not isinstance(n, int)
-                    or not isinstance(b, int) or n < 1 or not 0 <= b <= n):
-                return None, _no_pair(event, "source_dataset_size must be an integer >= 1 and "
-                                             "sample_size an integer in [0, source_dataset_size], "
-                                             f"got {n!r}, {b!r}"), False
+                    or not isinstance(b, int) or not 1 <= n <= samplers.MAX_DATASET_SIZE
+                    or not 0 <= b <= n):
+                return None, _no_pair(event, "source_dataset_size must be an integer in "
+                                             f"[1, 2**53] and sample_size an integer in [0, "
+                                             f"source_dataset_size], got {n!r}, {b!r}"), False
             q = b / n
         if q == 0.0:
             return None, None, False
@@ -228,7 +231,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         return self._make(event, build)
 
     def _randomized_response(self, event):
-        p, k = event.noise_parameter, event.num_buckets
+        p, k = event.noise_parameter, _scalar(event.num_buckets)    # (numpy's integers too)
         if not _is_real(p) or not 0.0 <= float(p) <= 1.0:
             return None, _no_pair(event, f"noise_parameter must be in [0, 1], got {p!r}"), False
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:

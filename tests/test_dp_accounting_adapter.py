@@ -668,3 +668,23 @@ def test_deepcopy_and_pickle_as_dp_accountings_accountants(relation, events):
     non_private = pickle.loads(pickle.dumps(PrivacyBucketsDpAccountant(AR).compose(
         de.NonPrivateDpEvent())))
     assert non_private.get_epsilon(0.5) == math.inf
+
+
+def test_numpy_integer_sizes_are_integers():
+    """numpy integers were refused as "must be an integer"; they give the bits of the
+    Python integers they are.  Sizes beyond 2^53 (whose rate b/n no float holds) are
+    refused naming the range, as the samplers' own sizes are."""
+    rr = [(de.RandomizedResponseDpEvent(0.3, np.int64(4)), de.RandomizedResponseDpEvent(0.3, 4))]
+    if HAS_SAMPLERS:
+        inner = de.GaussianDpEvent(1.0)
+        rr.append((de.SampledWithoutReplacementDpEvent(np.int64(100), np.int32(10), inner),
+                   de.SampledWithoutReplacementDpEvent(100, 10, inner)))
+        big = de.SampledWithoutReplacementDpEvent(2 ** 53 + 2, 10, inner)
+        acc = PrivacyBucketsDpAccountant(R1)
+        assert not acc.supports(big)
+        with pytest.raises(dpa.UnsupportedEventError, match=r"integer in \[1, 2\*\*53\]"):
+            acc.compose(big)
+    for numpy_event, python_event in rr:
+        a = PrivacyBucketsDpAccountant(R1).compose(numpy_event, 3)
+        b = PrivacyBucketsDpAccountant(R1).compose(python_event, 3)
+        assert a.get_epsilon_bounds(1e-6) == b.get_epsilon_bounds(1e-6)
