@@ -434,23 +434,27 @@ class PrivacyBucketsAccountant:
         from .tradeoff import _check_fpr, _check_options, tradeoff_bounds, trivial_tradeoff
         _check_fpr(fpr)                                     # user errors raise first,
         _check_options(**kwargs)                            # before any composition
+        sampled = getattr(self, "_sampled", None)           # samplers with a bracket
+        sp = sampled(self._snapshot()) if sampled is not None else None   # user errors raise
+        # what the bound assumes (a sample rate the sizes contradict, the batch fraction
+        # read from the rate, ...) is said on every path, as for epsilon and delta
+        notes = tuple(sp.notes) if sp is not None else ()
         try:
-            sampled = getattr(self, "_sampled", None)       # samplers with a bracket
-            sp = sampled(self._snapshot()) if sampled is not None else None
             if sp is not None and getattr(sp, "lower", None) is not None:
                 # the upper pairs' own lower curves bound a dominating pair, not the
                 # mechanism: only the certified upper curves are used (TPR lower = FPR)
                 engine = compose_history(self._composer, list(sp.upper), None, ("split",))
-                result = tradeoff_bounds(engine, fpr, **kwargs)
-                return dataclasses.replace(result, notes=result.notes + tuple(sp.notes))
-            engine = self._engine(None, lower=True)
-            return tradeoff_bounds(engine, fpr, **kwargs)
+            else:
+                engine = self._engine(None, lower=True)
+            result = tradeoff_bounds(engine, fpr, **kwargs)
+            return dataclasses.replace(result, notes=result.notes + notes)
         except ENGINE_LIMITS as exc:
             reason = engine_limit_reason(exc)
             warnings.warn(f"pb accountant could not certify the trade-off curve: {reason}",
                           RuntimeWarning, stacklevel=2)
-            return trivial_tradeoff(fpr, note=reason,
-                                    mu_alpha_min=kwargs.get("mu_alpha_min", 1e-6))
+            result = trivial_tradeoff(fpr, note=reason,
+                                      mu_alpha_min=kwargs.get("mu_alpha_min", 1e-6))
+            return dataclasses.replace(result, notes=result.notes + notes)
 
     def get_tpr_bounds(self, fpr):
         """Certified (lower, upper) bounds on an attacker's best true-positive rate at

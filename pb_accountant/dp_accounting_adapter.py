@@ -13,22 +13,22 @@ Supported events (anything else: ``supports`` is False, never a wrong number):
   ``PoissonSampledDpEvent`` of a Gaussian or Laplace event;
 * REPLACE_ONE: ``GaussianDpEvent`` (the sum moves by 2, as in dp_accounting's PLD),
   ``RandomizedResponseDpEvent``, and, where ``pb_accountant.samplers`` is present (its
-  ``step_pairs``), ``PoissonSampledDpEvent`` and ``SampledWithoutReplacementDpEvent`` of
-  a Gaussian event;
+  ``step_pairs``), ``PoissonSampledDpEvent`` of a Gaussian event;
 * both: ``SelfComposedDpEvent``, ``ComposedDpEvent``, ``NoOpDpEvent``,
   ``NonPrivateDpEvent`` (epsilon inf, delta 1).
 
 REPLACE_ONE reads a Gaussian's noise multiplier as ``GaussianDpEvent`` defines it (sigma
 / C with every record's norm at most C), so replacing one record moves the sum by up to
-2C: N(2) vs N(0) for a plain step, (1-g) N(0) + g N(2) vs N(0) for a
-``SampledWithoutReplacementDpEvent`` (g = sample_size / source_dataset_size;
-docs/method.md §10). dp_accounting's ``PLDAccountant`` reads the plain and
-Poisson-sampled Gaussian the same way, but its ``RdpAccountant`` (the only dp_accounting
-accountant that takes ``SampledWithoutReplacementDpEvent``) charges a Gaussian under
-REPLACE_ONE as a sum moving by C (Renyi divergence alpha / (2 sigma^2)), i.e. as pb
-charges the event with twice the noise, and its epsilon can lie below pb's certified
-lower bound (fixed-size batch 10 of 1000, sigma 1, 1000 steps, delta 1e-5: RDP 3.58, pb
-13.36). For the RDP reading, compose the Gaussian with noise multiplier 2 sigma.
+2C: N(2) vs N(0) for a plain step, as dp_accounting's ``PLDAccountant`` reads the plain
+and Poisson-sampled Gaussian.  Its ``RdpAccountant`` charges a Gaussian under REPLACE_ONE
+as a sum moving by C (Renyi divergence alpha / (2 sigma^2)), i.e. as pb charges the
+event with twice the noise; for that reading, compose noise multiplier 2 sigma.
+
+``SampledWithoutReplacementDpEvent`` is not supported: the fixed-size pair (1-g) N(0) +
+g N(2) vs N(0) bounds one step only where e^eps >= 1, and composed alone it fell below a
+realisable run (docs/method.md, "Samplers and neighbouring relations");
+``PrivacyBucketsAccountant(sampler="fixed_size", neighbouring="replace_one")`` brackets
+such runs.
 
 Not supported, because no certified pair is implemented: ``ZCDpEvent`` (a zCDP
 statement is not a pair of distributions), ``MixtureOfGaussiansDpEvent``,
@@ -156,7 +156,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                                              f"found {rel}"), False
             return self._randomized_response(event)
         if isinstance(event, dp_event.PoissonSampledDpEvent) and replace:
-            return self._sampled_replace_one(event, "poisson")
+            return self._sampled_replace_one(event)
         if isinstance(event, dp_event.PoissonSampledDpEvent):
             if not add_remove:
                 return None, _no_pair(event, "PoissonSampledDpEvent needs ADD_OR_REMOVE_ONE "
@@ -181,16 +181,16 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
                 return self._make(event, lambda: step_pair(float(scale), q))
             return self._make(event, lambda: SubsampledLaplace(float(scale), q))
         if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
-            if not replace:
-                return None, _no_pair(event, "SampledWithoutReplacementDpEvent needs "
-                                             f"REPLACE_ONE, found {rel}"), False
-            return self._sampled_replace_one(event, "fixed_size")
+            # no pair certifies both bounds: (1-g) N(0) + g N(2) vs N(0) bounds one step
+            # at e^eps >= 1 only, and composed alone it fell below a realisable run; the
+            # accountant brackets it (its upper pairs composed with their mirrors)
+            return None, _no_pair(event, _WITHOUT_REPLACEMENT_REASON), False
         return None, _no_pair(event, "Unsupported event."), False
 
-    def _sampled_replace_one(self, event, sampler: str):
-        """Poisson / fixed-size sampled Gaussian under REPLACE_ONE: the pairs of
-        pb_accountant.samplers (``step_pairs``), where that module is present; a pair
-        whose upper and lower versions differ is refused (no bracket here)."""
+    def _sampled_replace_one(self, event):
+        """Poisson-sampled Gaussian under REPLACE_ONE: the pair of pb_accountant.samplers
+        (``step_pairs``), where that module is present; a pair whose upper and lower
+        versions differ is refused (no bracket here)."""
         try:
             from . import samplers
             step_pairs, gaussian_noise = samplers.step_pairs, samplers.gaussian_noise
@@ -201,22 +201,10 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         if not isinstance(inner, dp_event.GaussianDpEvent):
             return None, _no_pair(event, "the sub-event must be a GaussianDpEvent, found "
                                          f"{inner}"), False
-        if sampler == "poisson":
-            q = event.sampling_probability
-            if not _is_real(q) or not 0.0 <= float(q) <= 1.0:
-                return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
-            q = float(q)
-        else:
-            # (numpy integers are integers; beyond 2^53 the rate b/n is not a float's,
-            # as the samplers' own sizes)
-            n, b = _scalar(event.source_dataset_size), _scalar(event.sample_size)
-            if (isinstance(n, bool) or isinstance(b, bool) or not isinstance(n, int)
-                    or not isinstance(b, int) or not 1 <= n <= samplers.MAX_DATASET_SIZE
-                    or not 0 <= b <= n):
-                return None, _no_pair(event, "source_dataset_size must be an integer in "
-                                             f"[1, 2**53] and sample_size an integer in [0, "
-                                             f"source_dataset_size], got {n!r}, {b!r}"), False
-            q = b / n
+        q = event.sampling_probability
+        if not _is_real(q) or not 0.0 <= float(q) <= 1.0:
+            return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
+        q = float(q)
         if q == 0.0:
             return None, None, False
         sigma = inner.noise_multiplier
@@ -224,7 +212,7 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return None, _no_pair(event, _NOISE_RANGE.format(sigma)), False
 
         def build():
-            upper, lower = step_pairs(gaussian_noise(float(sigma)), q, sampler, "replace_one")
+            upper, lower = step_pairs(gaussian_noise(float(sigma)), q, "poisson", "replace_one")
             if upper != lower:
                 raise ValueError("the sampler's upper and lower pairs differ")
             return upper
@@ -434,6 +422,13 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return trivial_tradeoff(fpr, note=reason, mu_alpha_min=mu_alpha_min)
 
 
+#: why SampledWithoutReplacementDpEvent is not supported
+_WITHOUT_REPLACEMENT_REASON = (
+    "no certified pair for a sampled-without-replacement Gaussian here: the fixed-size "
+    "pair (1-g) N(0) + g N(2) vs N(0) bounds one step only where e^eps >= 1, and composed "
+    "alone it falls below a realisable run; PrivacyBucketsAccountant(sampler='fixed_size', "
+    "neighbouring='replace_one', dataset_size=n, batch_size=b) certifies a bracket (its "
+    "upper bound composes the pair with its mirror)")
 #: the range of a noise parameter (a finite real number, not a bool or a string)
 _NOISE_RANGE = "noise_multiplier must be a finite real number >= 0, got {!r}"
 #: the largest pure-DP epsilon 1 / noise_multiplier of a LaplaceDpEvent the Laplace pair

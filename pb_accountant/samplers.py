@@ -16,7 +16,8 @@ poisson        add_remove    (1-q) N(0) + q N(1)  vs  N(0), both directions   ti
 poisson        replace_spec  the same (the special element contributes 0)     tight
 poisson        replace_one   (1-q) N(0) + q N(1)  vs  (1-q) N(0) + q N(-1)    tight
 fixed_size     add_remove    (1-g) N(0) + g N(2)  vs  N(0), g = b/n            tight
-fixed_size     replace_one   the same (Zhu et al. 2022; Balle et al. 2018)    tight
+fixed_size     replace_one   upper: the same with its mirror (A x B vs B x    bracket
+                             A); lower: the same alone (Balle et al. 2018)
 fixed_size     replace_spec  upper: replace_one's; lower: (1-g)N(0)+gN(1)     bracket
 shuffle        replace_one   upper: N(2) vs N(0) per epoch; lower: max stat   bracket
 shuffle        replace_spec  upper: N(1) vs N(0) per epoch; lower: max stat   bracket
@@ -44,7 +45,7 @@ __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_ass
            "shuffle_upper_pairs", "shuffle_lower_pairs", "epochs", "available_samplers",
            "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "MAX_DATASET_SIZE", "GaussianNoise",
            "IntegerNoise", "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
-           "bracket_lower_delta", "delta_bounds"]
+           "bracket_lower_delta", "delta_bounds", "FIXED_SIZE_REPLACE_NOTE"]
 
 SAMPLERS = ("poisson", "fixed_size", "shuffle")
 NEIGHBOURING = ("add_remove", "replace_one", "replace_special")
@@ -263,8 +264,11 @@ def step_pairs(noise, q: float, sampler: str, neighbouring: str
       2022, sampling without replacement; Balle, Barthe, Gaboardi 2018): when x is
       drawn it takes the place of another example y, so the sum moves by x - y, up to
       2; realised by every other example contributing -1 and x +1 (replace_one: x' =
-      -1; add_remove: x removed), hence tight.  Under replace_special the lower pair is
-      (1-g) N(0) + g N(1) vs N(0) (others contribute 0).
+      -1; add_remove: x removed), hence tight for one step.  Under replace_special the
+      lower pair is (1-g) N(0) + g N(1) vs N(0) (others contribute 0).  Under
+      replace_one and replace_special that pair bounds a step at e^eps >= 1 only, and
+      ``sampled_pairs`` composes it with its mirror for the upper bound
+      (FIXED_SIZE_REPLACE_NOTE).
     """
     if q == 0.0:
         return None, None
@@ -477,6 +481,23 @@ def shuffle_layout(history, a: Assumptions) -> ShuffleLayout:
     return ShuffleLayout("bounded", short, -(-steps // short))
 
 
+#: said with every fixed-size replace_one (or replace_special) bound.  The pair
+#: (1-g) N(0) + g N(2) vs N(0) bounds one step's hockey-stick divergence at e^eps >= 1 in
+#: either direction, but not at e^eps < 1: a step may be the symmetric pair (others
+#: contributing 0, x = +1 against x' = -1), whose two directions are equal, and under
+#: composition the pair alone fell below such a run (n 10, b 9, sigma 1, two steps: delta
+#: at eps 0 certified 0.7709, the run's 0.7763).  The pair composed with its mirror,
+#: (A x B, B x A), is symmetric and bounds both directions of every step at every eps
+#: (docs/method.md, "Samplers and neighbouring relations"): sound, and looser than the
+#: tight symmetrised pair (Zhu, Dong, Wang 2022), which is not implemented
+FIXED_SIZE_REPLACE_NOTE = (
+    "fixed_size under replace_one: the upper bound composes each step's pair "
+    "(1-g) N(0) + g N(2) vs N(0) together with its mirror, which bounds both directions of "
+    "every replaced example at every epsilon (the pair alone does not under composition); "
+    "it is looser than the tight symmetrised pair, and the lower bound is the pair's own "
+    "composition, realised by every other example contributing -1")
+
+
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
                   dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
                   noise: NoiseOf = gaussian_noise) -> SampledPairs:
@@ -495,14 +516,30 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
                  "sample_rate (give dataset_size and batch_size to use b/n)",)
     upper, lower = [], []
     tight = True
+    # fixed-size batches under replace_one (and replace_special, whose upper pairs are
+    # replace_one's): every step's pair is composed in both orientations for the upper
+    # bound (FIXED_SIZE_REPLACE_NOTE)
+    both_orientations = (a.sampler == "fixed_size"
+                         and a.neighbouring in ("replace_one", "replace_special"))
+    mirrored = False
     for sigma, q, count in history:
         if not count or q == 0.0:
             continue
-        up, lo = step_pairs(noise(sigma), fraction if fraction is not None else q,
+        base = noise(sigma)
+        up, lo = step_pairs(base, fraction if fraction is not None else q,
                             a.sampler, a.neighbouring)
         upper.append((up, count))
+        # (g = 1 with Gaussian noise: every example is in every batch, and the pair
+        # N(2) vs N(0) is its own mirror)
+        full = (fraction if fraction is not None else q) == 1.0
+        mirror = both_orientations and not (full and isinstance(base, GaussianNoise))
+        if mirror:
+            upper.append((up.mirrored(), count))
         lower.append((lo, count))
-        tight = tight and lo is up
+        tight = tight and lo is up and not mirror
+        mirrored = mirrored or mirror
+    if mirrored:
+        notes += (FIXED_SIZE_REPLACE_NOTE,)
     if a.sampler == "fixed_size" and a.neighbouring == "replace_special":
         notes += ("fixed_size under replace_special: upper bound from the replace_one "
                   "pair, lower bound from the zero-contribution pair",)

@@ -241,9 +241,14 @@ def test_brackets_are_not_vacuous(sampler, relation):
     E, partial = (2, 0) if sampler == "shuffle" else (0, 0)
     exact, lower, upper = check_bracket(n, sampler, relation, b, 0.5, 2, E, partial, k, c)
     assert exact[0] > 0.01 and lower[0] > 0.0
-    tight = not (sampler == "shuffle" or (sampler, relation) == ("fixed_size", "replace_special"))
-    if tight:
+    tight_lower = not (sampler == "shuffle"
+                       or (sampler, relation) == ("fixed_size", "replace_special"))
+    # fixed_size under replace_one: the upper bound composes each pair with its mirror
+    # (samplers.FIXED_SIZE_REPLACE_NOTE), sound but not tight
+    tight_upper = tight_lower and (sampler, relation) != ("fixed_size", "replace_one")
+    if tight_upper:
         np.testing.assert_allclose(upper, exact, rtol=0.05, atol=1e-6)
+    if tight_lower:
         np.testing.assert_allclose(lower, exact, rtol=0.05, atol=1e-6)
 
 
