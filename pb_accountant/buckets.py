@@ -87,11 +87,18 @@ class Grid:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2 or n % 2:
             raise ValueError(f"number_of_buckets must be an even integer >= 2, got {n!r}")
         d = self.log_factor
+        # a grid squared past the floating-point range (a fixed number_of_buckets whose
+        # squaring rule keeps doubling log f, ``squared``) is an engine limit, as the
+        # factor e^d overflowing is elsewhere: OverflowError (ENGINE_LIMITS), answered
+        # with the trivial bounds and a note, not an internal ValueError
+        if isinstance(d, (float, np.floating)) and d == math.inf:
+            raise OverflowError(f"the grid's log(factor) left the floating-point range "
+                                f"({n} buckets, offset {self.offset})")
         if not (isinstance(d, (int, float, np.floating)) and math.isfinite(d) and d > 0):
             raise ValueError(f"log(factor) must be finite and > 0, got {d!r}")
         if not math.isfinite((n + abs(self.offset)) * d):
-            raise ValueError(f"the grid's losses must be finite, got factor e^{d!r} with "
-                             f"{n} buckets and offset {self.offset}")
+            raise OverflowError(f"the grid's losses must be finite, got factor e^{d!r} "
+                                f"with {n} buckets and offset {self.offset}")
 
     @property
     def factor(self) -> float:

@@ -242,9 +242,15 @@ class PaperUpper:
         eps = np.atleast_1d(np.asarray(eps, dtype=float))
         grid, n = self.grid, self.n
         d = grid.log_factor
-        j = np.ceil(eps / d * (1.0 - 1e-15)).astype(np.int64)
-        j = np.where(j * d < eps, j + 1, j)          # f^j >= e^eps exactly
         o = grid.offset
+        # past this many grid steps every index below is clipped to the end anyway; the
+        # quotient is clipped before the cast (eps / d beyond 2^63, from eps near 1e18,
+        # wrapped to the most negative int64: the first bucket, a sum e^eps * 0 = NaN)
+        reach = float(2 * n + 4 + abs(int(o)) + abs(int(self.u)))
+        with np.errstate(over="ignore"):         # (an overflow to inf is clipped)
+            q = np.clip(eps / d * (1.0 - 1e-15), -reach, reach)
+        j = np.ceil(q).astype(np.int64)
+        j = np.where(j * d < eps, j + 1, j)          # f^j >= e^eps exactly
         pos = np.clip(j - o + n, 0, 2 * n + 1)
         pos_u = np.clip(j - o + n + self.u, 0, 2 * n + 1)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -253,7 +259,9 @@ class PaperUpper:
         body = np.where(inner > 0, body, self.tail_A[pos])
         with np.errstate(over="ignore", invalid="ignore"):
             # the R side's relative error (the A side's is in ``slack``)
-            r_side = np.where(inner > 0, self.relative * np.exp(eps) * inner, 0.0)
+            # (relative 0: no such term, also where e^eps overflows: 0 * inf is NaN)
+            r_side = np.where((inner > 0) & (self.relative > 0),
+                              self.relative * np.exp(eps) * inner, 0.0)
             # e^eps times the subnormal allowance, formed as one exp (e^eps alone
             # overflows past eps 709.78 where the product need not); the log's and the
             # exp's rounding, a few ulps of |eps| + 745, is covered by the 1e-9
