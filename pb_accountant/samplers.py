@@ -491,11 +491,12 @@ def shuffle_layout(history, a: Assumptions) -> ShuffleLayout:
 #: (docs/method.md, "Samplers and neighbouring relations"): sound, and looser than the
 #: tight symmetrised pair (Zhu, Dong, Wang 2022), which is not implemented
 FIXED_SIZE_REPLACE_NOTE = (
-    "fixed_size under replace_one: the upper bound composes each step's pair "
-    "(1-g) N(0) + g N(2) vs N(0) together with its mirror, which bounds both directions of "
-    "every replaced example at every epsilon (the pair alone does not under composition); "
-    "it is looser than the tight symmetrised pair, and the lower bound is the pair's own "
-    "composition, realised by every other example contributing -1")
+    "fixed_size under replace_one (and replace_special, whose upper bound is replace_one's): "
+    "the upper bound composes each step's pair (1-g) N(0) + g N(2) vs N(0) together with its "
+    "mirror, which bounds both directions of every replaced example at every epsilon (the "
+    "pair alone does not under composition), looser than the tight symmetrised pair; under "
+    "replace_one the lower bound is the pair's own composition, realised by every other "
+    "example contributing -1")
 
 
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
