@@ -377,3 +377,36 @@ def test_shuffle_notes_say_which_loader_is_assumed():
     big = shuffle_layout([(1.0, 1 / 1000001, 5 * 1000001)],
                          check_assumptions("shuffle", "replace_special", 10_000_001, 10))
     assert (big.kind, big.steps_per_epoch) == ("full", 1000001)
+
+
+# -- fixed-size batches under replace_one: a symmetric step, noise changing per step ---
+
+@pytest.mark.parametrize("relation", ["replace_one", "replace_special"])
+def test_fixed_size_replace_upper_holds_a_symmetric_run_with_changing_noise(relation):
+    """Every other example contributes 0, x = -1 against x' = +1: a step is then the
+    symmetric pair, which the one-step pair (1-g) N(0) + g N(2) vs N(0) bounds only at
+    e^eps >= 1.  Composed alone (before) it fell below this run's exact delta (steps
+    without noise, with noise, without noise: certified 0.9110 against the exact 0.9368
+    at eps 0); with its mirror it holds (samplers.FIXED_SIZE_REPLACE_NOTE).
+    replace_special takes replace_one's upper pairs, and this pair is one of its runs
+    only under replace_one, so there it is checked against the same (larger) family."""
+    n, b = 3, 2
+    d1, d2 = (0, 0, -1), (0, 0, 1)
+    steps = [((1.0,), 0), (noise_pmf(2, 0.5), 2), ((1.0,), 0)]
+    factors = [[f for pmf, k in steps
+                for f in run_factors(d, "fixed_size", b, 0.0, 1, 0, 0, pmf, k)]
+               for d in (d1, d2)]
+    exact = exact_delta(*factors)
+    sigma_of = {1.0: steps[0], 2.0: steps[1]}           # (labels of the two noise laws)
+    history = [(1.0, b / n, 1), (2.0, b / n, 1), (1.0, b / n, 1)]
+    sp = sampled_pairs(history, "fixed_size", "replace_one" if relation == "replace_one"
+                       else relation, dataset_size=n, batch_size=b,
+                       noise=lambda s: IntegerNoise(sigma_of[s][0], -sigma_of[s][1]))
+    lower, upper = delta_bounds(COMPOSER, sp, EPSILONS)
+    assert np.all(upper >= exact * (1 - 1e-9)), (upper, exact)
+    if relation == "replace_one":
+        # the lower bound is the run of the pair that realises it (others -1)
+        real = exact_delta(*[[f for pmf, k in steps
+                              for f in run_factors(d, "fixed_size", b, 0.0, 1, 0, 0, pmf, k)]
+                             for d in realising_pair(n, relation)])
+        assert np.all(lower <= real * (1 + 1e-9)), (lower, real)
