@@ -300,31 +300,35 @@ class PrivacyBucketsAccountant:
         return self._delta_bounds(epsilon, self._snapshot(), self._assumptions)
 
     def get_privacy_curve(self, epsilons=None, num: int = 200) -> PrivacyCurve:
-        """The eps-delta curve with both certified bounds."""
+        """The eps-delta curve with both certified bounds: at each epsilon, bitwise
+        what ``get_delta_bounds`` answers there (each tightened for its own delta class).
+        Default epsilons: ``num`` from 0 up to where delta_up reaches 1e-10."""
         if epsilons is not None:
             epsilons = check_epsilons(epsilons)
         num = check_count("num", num, minimum=2, maximum=MAX_CURVE_POINTS)
         history = self._snapshot()
         sp = self._sampled(history)                              # user errors raise
-        try:
-            if sp.lower is None:
-                curve = compose_history(self._composer, list(sp.upper), None,
-                                        ("split", "grouped")).curve(epsilons, num)
-                return dataclasses.replace(curve, notes=curve.notes + sp.notes)
-            up = compose_history(self._composer, list(sp.upper), None, ("split",))
-            curve = up.curve(epsilons, num)
-        except ENGINE_LIMITS as exc:
-            # as for epsilon (``_bounds``): the valid looser curve, delta in [0, 1]
-            reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
-            warnings.warn(f"pb accountant could not certify the privacy curve: {reason}",
-                          RuntimeWarning, stacklevel=2)
-            eps = np.linspace(0.0, 1.0, num) if epsilons is None else np.asarray(
-                epsilons, dtype=float)
-            return PrivacyCurve(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None,
-                                (reason,) + sp.notes)
-        db = self._delta_bounds(curve.epsilons, history, self._assumptions)
-        return PrivacyCurve(np.asarray(db.epsilon), np.asarray(db.lower), np.asarray(db.upper),
-                            "best", curve.grid, db.notes)
+        tag = {"sampler": self._assumptions.sampler,
+               "neighbouring": self._assumptions.neighbouring}
+        if epsilons is None:
+            try:
+                methods = ("split",) if sp.lower is not None else ("split", "grouped")
+                epsilons = compose_history(self._composer, list(sp.upper), None,
+                                           methods).curve_epsilons(num)
+            except ENGINE_LIMITS as exc:
+                # as for epsilon (``_bounds``): the valid looser curve, delta in [0, 1]
+                reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
+                warnings.warn(f"pb accountant could not certify the privacy curve: {reason}",
+                              RuntimeWarning, stacklevel=2)
+                eps = np.linspace(0.0, 1.0, num)
+                return PrivacyCurve(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None,
+                                    (reason,) + sp.notes, **tag)
+        db = self._delta_bounds(epsilons, history, self._assumptions)
+        return PrivacyCurve(np.asarray(db.epsilon, dtype=float),
+                            np.asarray(db.lower, dtype=float),
+                            np.asarray(db.upper, dtype=float),
+                            "best" if db.method != "none" else "none", db.grid, db.notes,
+                            **tag)
 
     def get_epsilon_bounds_by_sampler(self, delta: float) -> "dict[str, EpsilonBounds]":
         """Bounds at ``delta`` for this history under every sampler the known sizes

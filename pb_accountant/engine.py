@@ -417,11 +417,7 @@ class PrivacyBuckets:
         def curve():
             nonlocal epsilons
             if epsilons is None:
-                floor = max(1e-10, 10.0 * self.infinity_mass)
-                top = (self._epsilon_upper(min(floor, 0.5), None, list(self._upper))
-                       if self.buckets is not None else 1.0)
-                top = 1.0 if (math.isinf(top) or top == 0.0) else top
-                epsilons = np.linspace(0.0, top, num)
+                epsilons = self._curve_epsilons(num)
             eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
             db = self._delta_bounds(eps, np.ndim(epsilons) == 0, None, list(self._upper),
                                     list(self._lower))
@@ -435,6 +431,20 @@ class PrivacyBuckets:
                                 (reason,))
 
         return self._answer("the privacy curve", curve, trivial)
+
+    def curve_epsilons(self, num: int = 200) -> np.ndarray:
+        """The epsilons a default privacy curve is drawn at: ``num`` from 0 up to where
+        delta_up reaches 1e-10 or ten times the certified floor (0 to 1 where no such
+        epsilon is certified)."""
+        return self._answer("the privacy curve's epsilons", lambda: self._curve_epsilons(num),
+                            lambda reason: np.linspace(0.0, 1.0, num))
+
+    def _curve_epsilons(self, num: int) -> np.ndarray:
+        floor = max(1e-10, 10.0 * self.infinity_mass)
+        top = (self._epsilon_upper(min(floor, 0.5), None, list(self._upper))
+               if self.buckets is not None else 1.0)
+        top = 1.0 if (math.isinf(top) or top == 0.0) else top
+        return np.linspace(0.0, top, num)
 
     # -- attack risk (docs/attack-risk.md) --------------------------------------------
     def tradeoff_bounds(self, fpr=None, **kwargs):

@@ -87,3 +87,6 @@ class PrivacyCurve:
     method: str = "buckets"
     grid: Optional[GridInfo] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: how batches were formed and which neighbouring relation the bounds assume
+    sampler: str = "poisson"
+    neighbouring: str = "add_remove"

@@ -40,3 +40,31 @@ def test_an_entry_does_not_depend_on_its_companions(others):
     mixed = _fresh().get_delta_bounds(np.array([0.5] + others))
     assert _bits(mixed.upper[0]) == _bits(alone.upper[0])
     assert _bits(mixed.lower[0]) == _bits(alone.lower[0])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"sampler": "fixed_size", "neighbouring": "replace_one", "dataset_size": 1000,
+     "batch_size": 10},
+])
+def test_a_privacy_curve_is_the_delta_query_at_each_epsilon(kwargs):
+    # (a Poisson curve used to be read off one composition for the default delta class:
+    # at sigma 1, q 0.01, 200 steps and sigma 1.5, q 0.02, 30 steps its upper bound
+    # stayed on that class's floor, near 1e-14, where get_delta_bounds certifies ~1e-16
+    # and below)
+    eps = np.array(EPSILONS + [6.0, 8.0])
+    curve = _fresh(**kwargs).get_privacy_curve(eps)
+    direct = _fresh(**kwargs).get_delta_bounds(eps)
+    assert [_bits(x) for x in curve.delta_upper] == [_bits(x) for x in direct.upper]
+    assert [_bits(x) for x in curve.delta_lower] == [_bits(x) for x in direct.lower]
+    assert curve.sampler == kwargs.get("sampler", "poisson")
+    assert curve.neighbouring == kwargs.get("neighbouring", "add_remove")
+    if not kwargs:
+        assert curve.delta_upper[-1] < 1e-15       # below the default class's floor
+
+
+def test_a_default_privacy_curve_reaches_delta_1e_10():
+    curve = _fresh().get_privacy_curve(num=20)
+    assert curve.epsilons[0] == 0.0 and len(curve.epsilons) == 20
+    assert curve.delta_upper[-1] <= 1e-10 < curve.delta_upper[-2]
+    assert np.all(np.diff(curve.delta_upper) <= 0.0)
