@@ -259,6 +259,13 @@ def tradeoff_from_curves(delta_up: Callable[[str, np.ndarray], np.ndarray],
     for d in ("ab", "ba"):
         if np.isnan(up[d]).any() or np.isnan(low[d]).any():
             raise RuntimeError(f"tradeoff: the engine returned NaN deltas ({d})")
+        above = np.flatnonzero(low[d] > up[d])
+        if above.size:
+            # bounds of one pair never cross: one of the two is not a bound
+            i = int(above[0])
+            raise ValueError(f"delta_low({d!r}, eps) must not exceed delta_up({d!r}, eps): "
+                             f"at eps={float(eps[i])!r} they are {float(low[d][i])!r} > "
+                             f"{float(up[d][i])!r}")
 
     def beta_lower(a):
         # f = min over the two orders: T(B, A) uses ab first, T(A, B) uses ba first

@@ -162,6 +162,11 @@ def test_tradeoff_from_curves_names_malformed_curves():
         tradeoff_from_curves(zeros, lambda d, e: "x", [0.1])
     with pytest.raises(ValueError, match=r"delta_up must be a function"):
         tradeoff_from_curves(0.0, zeros, [0.1])
+    # lower above upper: not bounds of one pair (it had been accepted, each half used
+    # as if it were a bound)
+    with pytest.raises(ValueError, match=r"delta_low\('ab', eps\) must not exceed "
+                                         r"delta_up\('ab', eps\): at eps=0\.0"):
+        tradeoff_from_curves(zeros, lambda d, e: np.full_like(e, 0.5), [0.1])
 
 
 def test_trivial_tradeoff_checks_mu_alpha_min():
