@@ -462,13 +462,14 @@ class PrivacyBucketsAccountant:
 
     def get_tpr_bounds(self, fpr):
         """Certified (lower, upper) bounds on an attacker's best true-positive rate at
-        false-positive rate ``fpr`` (a number, or arrays for an array)."""
+        false-positive rate ``fpr`` (a number, or arrays of ``fpr``'s shape)."""
         import numpy as np
-        scalar = np.ndim(fpr) == 0
+        scalar = fpr is not None and np.ndim(fpr) == 0
         tb = self.get_tradeoff_bounds(fpr)
         if scalar:
             return float(tb.tpr_lower[0]), float(tb.tpr_upper[0])
-        return tb.tpr_lower, tb.tpr_upper
+        shape = np.shape(tb.fpr if fpr is None else fpr)
+        return tb.tpr_lower.reshape(shape), tb.tpr_upper.reshape(shape)
 
 
 #: BucketOptions fields the engine sets for itself, never a user: ``spacing_base`` (the

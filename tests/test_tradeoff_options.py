@@ -198,3 +198,20 @@ def test_tpr_bounds_are_one_minus_beta_rounded_outward_only_where_needed():
         exact = 1 - Fraction(x)
         assert Fraction(lo) <= exact <= Fraction(hi)
         assert hi == lo or np.nextafter(lo, 2.0) == hi      # at most one ulp apart
+
+
+def test_tpr_bounds_keep_the_shape_of_fpr():
+    """An array of rates gets arrays of its shape (a 2-D array was flattened); no fpr
+    gets the default rates' bounds (it had given the first of them alone)."""
+    import numpy as np
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.02, 100)]
+    fpr = np.array([[1e-3, 1e-2], [0.1, 0.5]])
+    low, up = acc.get_tpr_bounds(fpr)
+    assert low.shape == up.shape == (2, 2)
+    for i in range(2):
+        for j in range(2):
+            assert (low[i, j], up[i, j]) == acc.get_tpr_bounds(float(fpr[i, j]))
+    tb = acc.get_tradeoff_bounds()
+    low, up = acc.get_tpr_bounds(None)
+    assert low.tolist() == tb.tpr_lower.tolist() and up.tolist() == tb.tpr_upper.tolist()
