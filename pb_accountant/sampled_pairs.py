@@ -4,6 +4,10 @@
   (substitution): A = (1-q) N(0, s^2) + q N(1, s^2), B = (1-q) N(0, s^2) + q N(-1, s^2),
   the pair dp_accounting's ``GaussianPrivacyLoss(..., sampling_prob=q,
   adjacency_type=REPLACE)`` uses (Zhu, Dong, Wang, AISTATS 2022).
+* :class:`SymmetrisedSubsampledGaussian` -- fixed-size batches under replace-one: the
+  symmetrisation of (1-q) N(0, s^2) + q N(1, s^2) vs N(0, s^2) (its losses > 0, their
+  mirror images, an atom at 0), whose curve is the larger of the pair's two directions
+  at every epsilon (Dong, Roth, Su 2022; Zhu, Dong, Wang 2022).
 * :class:`MaxOfBatches` -- the shuffle lower-bound pair: the maximum over the B noisy
   batch sums of one epoch (Chua et al., ICML 2024), binned into intervals (binning is
   post-processing), with certified relative errors of its masses.
@@ -22,7 +26,7 @@ from scipy import special
 from ._fp import LEAST_NORMAL
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
-from .mechanisms import (DiscretePair, MechanismPair, endpoint_mass,
+from .mechanisms import (DiscretePair, MechanismPair, SubsampledGaussian, endpoint_mass,
                          normal_interval_mass_and_error, normal_log_cdf_and_error,
                          normal_x_interval_mass)
 
@@ -368,3 +372,150 @@ def max_of_batches_pair(batches: int, noise_multiplier: float, sensitivity: floa
     # both sums are 1 within rel (DiscretePair checks 1e-9); the masses are stored as
     # computed and the accountant corrects for ``rel``
     return MaxOfBatches(tuple(a.tolist()), tuple(b.tolist()), relative_error=rel)
+
+
+# -- fixed-size batches under replace-one: the symmetrised pair ----------------------------
+
+@dataclass(frozen=True)
+class SymmetrisedSubsampledGaussian(MechanismPair):
+    """The symmetrisation S of P = (1-q) N(0, s^2) + q N(1, s^2) vs Q = N(0, s^2): the
+    tight one-step pair of fixed-size batches under replace-one (Dong, Roth, Su 2022,
+    subsampling theorem, C(f) = min(f, f^-1)**; Zhu, Dong, Wang 2022).
+
+    S's hockey-stick curve is max(delta_{P||Q}, delta_{Q||P}) at every epsilon, which is
+    delta_{P||Q} at epsilon >= 0 (docs/method.md, "Samplers and neighbouring
+    relations": true for any base pair whose two directions agree at epsilon >= 0, as
+    N(1, s^2) vs N(0, s^2) do), and S is its own mirror.  Its privacy-loss distribution
+    is P||Q's on losses > 0 (the A-masses P(L in I), B-masses Q(L in I)), that part
+    mirrored onto losses < 0 (A-masses Q(L in -I), B-masses P(L in -I)), and an atom
+    at loss 0 holding the rest, 1 - P(L > 0) - Q(L > 0) = (1-q) P(|N(0,1)| <= 1/(2s))
+    on both sides (L > 0 is x > 1/2).
+
+    Fields as :class:`SubsampledGaussian`'s (``noise_multiplier`` is sigma / shift);
+    every mass comes from that pair's certified masses, on a grid that holds 0 and the
+    grid's absolute values, or from the atom's closed form.
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    swapped: bool = False
+
+    def __post_init__(self):
+        check_noise_multiplier(self.noise_multiplier, allow_zero=False)
+        check_sample_rate(self.sample_rate, allow_zero=False)
+        if self.sample_rate == 1.0:
+            raise ValueError("SymmetrisedSubsampledGaussian needs sample_rate < 1 (at 1 "
+                             "the Gaussian pair is its own mirror)")
+
+    @property
+    def inner(self) -> SubsampledGaussian:
+        """P vs Q, whose losses > 0 S keeps."""
+        return SubsampledGaussian(self.noise_multiplier, self.sample_rate)
+
+    def _zero_atom(self):
+        """(mass, relative error bound) of the atom at loss 0: (1-q) m, m the standard
+        normal mass of (-z, z], z = 1/(2s).  z = 0.5 / s carries u of itself, which moves
+        m by at most 2 phi(0) u z; m carries its proven error; 1 - q and the product
+        round by u each."""
+        return _symmetrised_zero_atom(self.noise_multiplier, self.sample_rate)
+
+    @property
+    def mass_relative_error(self) -> float:
+        return self._zero_atom()[1]
+
+    def _atoms(self):
+        m = self._zero_atom()[0]
+        return np.zeros(1), np.array([m]), np.array([m])
+
+    def _atom_loss_error(self, losses) -> np.ndarray:
+        """The one atom's loss is 0, exactly."""
+        return np.zeros(np.shape(losses))
+
+    def _map(self, t):
+        """(inner grid G, inner bucket -> S bucket for the losses > 0, the same for their
+        mirror images < 0).  G = {0} and the finite |t_k| > 0, sorted: inner bucket j
+        >= 1 is (G_{j-1}, G_j] (the last (G_m, inf)), and no point of t lies strictly
+        inside it or its mirror image [-G_j, -G_{j-1}), so each lies in one S bucket:
+        the first t_k >= G_j, and the first t_k >= -G_{j-1}."""
+        t = np.asarray(t, dtype=float)
+        a = np.abs(t[np.isfinite(t)])
+        G = np.unique(np.concatenate(([0.0], a[a > 0.0])))
+        upper = np.concatenate((G[1:], [np.inf]))
+        lower = G
+        pos = np.searchsorted(t, upper, side="left")
+        neg = np.searchsorted(t, -lower, side="left")
+        return G, pos, neg
+
+    def _gather(self, t, a, b, G, pos, neg):
+        """S's A- and B-masses on the K+1 buckets of t (losses != 0) from the inner
+        pair's (a, b) on G (bucket 0, the losses <= 0, is not read), and how many inner
+        masses each sums."""
+        k = len(t) + 1
+        idx = np.concatenate((pos, neg))
+        sa = np.bincount(idx, weights=np.concatenate((a[1:], b[1:])), minlength=k)
+        sb = np.bincount(idx, weights=np.concatenate((b[1:], a[1:])), minlength=k)
+        return sa.astype(float), sb.astype(float), np.bincount(idx, minlength=k)
+
+    def _continuous_with_error(self, t):
+        """Sums of the inner pair's certified masses, their error bounds summed, plus
+        the rounding of the sums (c terms: (c - 1) u of the sum), with 1% of room."""
+        t = np.asarray(t, dtype=float)
+        G, pos, neg = self._map(t)
+        a, b, ea, eb = self.inner._continuous_with_error(G)
+        sa, sb, count = self._gather(t, a, b, G, pos, neg)
+        esa, esb, _ = self._gather(t, ea, eb, G, pos, neg)
+        summed = np.maximum(count - 1, 0) * _U
+        return (sa, sb, (esa + summed * sa) * (1.0 + (count + 2) * _U) * 1.01,
+                (esb + summed * sb) * (1.0 + (count + 2) * _U) * 1.01)
+
+    def _continuous_with_displacement(self, t):
+        """The inner pair's exact event sets (``SubsampledGaussian``'s displaced
+        borders), gathered as in ``_continuous_with_error``.  Its end point at loss 0 is
+        x = 1/2 exactly (s^2 log1p(expm1(0) / q) + 1/2 rounds to nothing), so its
+        buckets j >= 1 hold exactly the events of loss > 0 and S's sets partition S's
+        outcomes; S's border t_k takes the displacement of the inner border |t_k| (the
+        events next to t_k > 0 are of the loss > 0 side, those next to t_k < 0 their
+        mirror images), 0 at t_k = 0.  Where x(0) were not 1/2 the borders are not
+        displaced (the default)."""
+        t = np.asarray(t, dtype=float)
+        if float(self.inner._x_of_loss(np.zeros(1))[0]) != 0.5:
+            return super()._continuous_with_displacement(t)
+        G, pos, neg = self._map(t)
+        a, b, ea, eb, sh = self.inner._continuous_with_displacement(G)
+        sa, sb, count = self._gather(t, a, b, G, pos, neg)
+        esa, esb, _ = self._gather(t, ea, eb, G, pos, neg)
+        summed = np.maximum(count - 1, 0) * _U
+        finite = np.isfinite(t) & (t != 0.0)
+        at = np.searchsorted(G, np.abs(np.where(finite, t, 0.0)))
+        shift = np.where(finite, np.asarray(sh, dtype=float)[np.minimum(at, len(G) - 1)], 0.0)
+        return (sa, sb, (esa + summed * sa) * (1.0 + (count + 2) * _U) * 1.01,
+                (esb + summed * sb) * (1.0 + (count + 2) * _U) * 1.01, shift)
+
+    def _continuous_masses(self, t):
+        t = np.asarray(t, dtype=float)
+        G, pos, neg = self._map(t)
+        a, b = self.inner._continuous_masses(G)
+        return self._gather(t, np.asarray(a), np.asarray(b), G, pos, neg)[:2]
+
+    def _continuous_sizing_masses(self, t):
+        t = np.asarray(t, dtype=float)
+        G, pos, neg = self._map(t)
+        a, b = self.inner._continuous_sizing_masses(G)
+        return self._gather(t, np.asarray(a), np.asarray(b), G, pos, neg)[:2]
+
+    def _loss_range(self, tail):
+        hi = max(float(self.inner._loss_range(tail)[1]), 0.0)
+        return -hi, hi
+
+
+@functools.lru_cache(maxsize=256)
+def _symmetrised_zero_atom(s: float, q: float):
+    z = 0.5 / s
+    m, e = normal_interval_mass_and_error(np.array([-z]), np.array([z]))
+    m, e = float(m[0]), float(e[0])
+    if not m >= LEAST_NORMAL:
+        raise FloatingPointError(f"symmetrised pair: the zero atom's mass underflows (s={s})")
+    moved = 2.0 * _INV_SQRT_2PI * _U * z * 1.01          # z's rounding
+    atom = (1.0 - q) * m
+    rel = (e + moved) / m * 1.01 + 3.0 * _U
+    return atom, rel

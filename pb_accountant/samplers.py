@@ -16,8 +16,9 @@ poisson        add_remove    (1-q) N(0) + q N(1)  vs  N(0), both directions   ti
 poisson        replace_spec  the same (the special element contributes 0)     tight
 poisson        replace_one   (1-q) N(0) + q N(1)  vs  (1-q) N(0) + q N(-1)    tight
 fixed_size     add_remove    (1-g) N(0) + g N(2)  vs  N(0), g = b/n            tight
-fixed_size     replace_one   upper: the same with its mirror (A x B vs B x    bracket
-                             A); lower: the same alone (Balle et al. 2018)
+fixed_size     replace_one   upper: its symmetrisation (losses > 0, mirror    bracket
+                             images, atom at 0; Dong et al. 2022); lower:
+                             the same pair alone (Balle et al. 2018)
 fixed_size     replace_spec  upper: replace_one's; lower: (1-g)N(0)+gN(1)     bracket
 shuffle        replace_one   upper: N(2) vs N(0) per epoch; lower: max stat   bracket
 shuffle        replace_spec  upper: N(1) vs N(0) per epoch; lower: max stat   bracket
@@ -38,14 +39,16 @@ from ._validation import MIN_NOISE, check_choice, check_count
 from .composition import Composer
 from .engine import adaptive_epsilon_bounds, compose_history
 from .mechanisms import DiscretePair, Gaussian, MechanismPair, SubsampledGaussian
-from .sampled_pairs import MaxOfBatches, SymmetricSubsampledGaussian, max_of_batches_pair
+from .sampled_pairs import (MaxOfBatches, SymmetricSubsampledGaussian,
+                            SymmetrisedSubsampledGaussian, max_of_batches_pair)
 
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
            "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout",
            "shuffle_upper_pairs", "shuffle_lower_pairs", "epochs", "available_samplers",
            "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "MAX_DATASET_SIZE", "GaussianNoise",
            "IntegerNoise", "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
-           "bracket_lower_delta", "delta_bounds", "FIXED_SIZE_REPLACE_NOTE"]
+           "bracket_lower_delta", "delta_bounds", "FIXED_SIZE_REPLACE_NOTE",
+           "FIXED_SIZE_MIRRORED_NOTE", "own_mirror"]
 
 SAMPLERS = ("poisson", "fixed_size", "shuffle")
 NEIGHBOURING = ("add_remove", "replace_one", "replace_special")
@@ -167,6 +170,16 @@ class GaussianNoise:
             return self._point().symmetric(q)
         return SymmetricSubsampledGaussian(self.sigma, q)
 
+    def symmetrised(self, q: float, shift: float) -> MechanismPair:
+        """The symmetrisation of ``subsampled(q, shift)``: its losses > 0, their mirror
+        images and an atom at 0 (``SymmetrisedSubsampledGaussian``; at q = 1 the
+        Gaussian pair, its own mirror)."""
+        if self.sigma == 0.0:
+            return self._point().symmetrised(q, shift)
+        if q == 1.0:
+            return SubsampledGaussian(self.sigma / shift, 1.0)
+        return SymmetrisedSubsampledGaussian(self.sigma / shift, q)
+
     def shifted(self, shift: float) -> MechanismPair:
         """A = N(shift), B = N(0)."""
         if self.sigma == 0.0:
@@ -219,6 +232,38 @@ class IntegerNoise:
     def shifted(self, shift):
         return self._pair(self._mixture([(1, shift)]), self._mixture([(1, 0)]))
 
+    def symmetrised(self, q, shift) -> Optional[MechanismPair]:
+        """The symmetrisation of ``subsampled(q, shift)`` (P vs Q), exactly in rationals,
+        where delta_{P||Q} >= delta_{Q||P} at every epsilon >= 0 (checked exactly at
+        every breakpoint of the two piecewise-linear curves in e^eps and beyond the
+        last, where both are constant): P||Q's atoms of loss > 0, their mirror images
+        (A- and B-masses exchanged) and an atom at loss 0 holding the rest; None where
+        the check fails (the caller then composes the pair with its mirror)."""
+        a = self._mixture([(1 - Fraction(q), 0), (Fraction(q), shift)])
+        b = self._mixture([(1, 0)])
+        keys = sorted(set(a) | set(b))
+        pa = [a.get(k, Fraction(0)) for k in keys]
+        pb = [b.get(k, Fraction(0)) for k in keys]
+
+        def hockey(x, y, u):
+            return sum((xi - u * yi for xi, yi in zip(x, y) if xi > u * yi), Fraction(0))
+
+        breaks = {Fraction(1)}
+        breaks |= {x / y for x, y in zip(pa, pb) if y > 0 and x > y}
+        breaks |= {y / x for x, y in zip(pa, pb) if x > 0 and y > x}
+        if any(hockey(pa, pb, u) < hockey(pb, pa, u) for u in breaks):
+            return None
+        if (sum((x for x, y in zip(pa, pb) if y == 0), Fraction(0))
+                < sum((y for x, y in zip(pa, pb) if x == 0), Fraction(0))):
+            return None
+        up = [(x, y) for x, y in zip(pa, pb) if x > y]
+        rest = 1 - sum(x + y for x, y in up)
+        if rest < 0:
+            return None
+        atoms = up + [(y, x) for x, y in up] + ([(rest, rest)] if rest > 0 else [])
+        return DiscretePair(tuple(float(x) for x, _ in atoms),
+                            tuple(float(y) for _, y in atoms))
+
     def max_of_batches(self, batches, shift):
         """Law of the max over B batch sums (exact rationals, then rounded: relative
         error <= 2^-53 per mass)."""
@@ -267,8 +312,11 @@ def step_pairs(noise, q: float, sampler: str, neighbouring: str
       -1; add_remove: x removed), hence tight for one step.  Under replace_special the
       lower pair is (1-g) N(0) + g N(1) vs N(0) (others contribute 0).  Under
       replace_one and replace_special that pair bounds a step at e^eps >= 1 only, and
-      ``sampled_pairs`` composes it with its mirror for the upper bound
-      (FIXED_SIZE_REPLACE_NOTE).
+      the upper pair is its symmetrisation (``noise.symmetrised``: the pair's losses
+      > 0, their mirror images and an atom at 0; tight, FIXED_SIZE_REPLACE_NOTE);
+      where that is not available (integer noise whose two directions are not
+      ordered) the pair itself is returned and ``sampled_pairs`` composes it with its
+      mirror.
     """
     if q == 0.0:
         return None, None
@@ -279,11 +327,17 @@ def step_pairs(noise, q: float, sampler: str, neighbouring: str
         if not noise.resolves(2):
             # sigma / 2 below the closed forms' range: the noiseless pair is an upper
             # bound (noise is post-processing), the shift-1 pair a realised lower one
-            return IntegerNoise((1.0,)).subsampled(q, 2), noise.subsampled(q, 1)
-        upper = noise.subsampled(q, 2)
-        if neighbouring == "replace_special":
+            point = IntegerNoise((1.0,))
+            upper = point.subsampled(q, 2)
+            if neighbouring != "add_remove":
+                upper = point.symmetrised(q, 2) or upper
             return upper, noise.subsampled(q, 1)
-        return upper, upper
+        pair = noise.subsampled(q, 2)
+        if neighbouring == "add_remove":
+            return pair, pair
+        sym = noise.symmetrised(q, 2)
+        upper = pair if sym is None or sym == pair else sym
+        return upper, noise.subsampled(q, 1) if neighbouring == "replace_special" else pair
     raise ValueError(f"step_pairs is for 'poisson' and 'fixed_size', got sampler={sampler!r}")
 
 
@@ -482,21 +536,44 @@ def shuffle_layout(history, a: Assumptions) -> ShuffleLayout:
 
 
 #: said with every fixed-size replace_one (or replace_special) bound.  The pair
-#: (1-g) N(0) + g N(2) vs N(0) bounds one step's hockey-stick divergence at e^eps >= 1 in
-#: either direction, but not at e^eps < 1: a step may be the symmetric pair (others
-#: contributing 0, x = +1 against x' = -1), whose two directions are equal, and under
-#: composition the pair alone fell below such a run (n 10, b 9, sigma 1, two steps: delta
-#: at eps 0 certified 0.7709, the run's 0.7763).  The pair composed with its mirror,
-#: (A x B, B x A), is symmetric and bounds both directions of every step at every eps
-#: (docs/method.md, "Samplers and neighbouring relations"): sound, and looser than the
-#: tight symmetrised pair (Zhu, Dong, Wang 2022), which is not implemented
+#: P = (1-g) N(0) + g N(2) vs Q = N(0) bounds one step's hockey-stick divergence at
+#: e^eps >= 1 in either direction, but not at e^eps < 1: a step may be the symmetric
+#: pair (others contributing 0, x = +1 against x' = -1), whose two directions are equal,
+#: and under composition the pair alone fell below such a run (n 10, b 9, sigma 1, two
+#: steps: delta at eps 0 certified 0.7709, the run's 0.7763).  Each step is
+#: C(f)-DP, C(f) = min(f, f^-1)** for f = T(P, Q) (Dong, Roth, Su 2022, subsampling
+#: theorem; Zhu, Dong, Wang 2022): its hockey-stick curve is max(delta_{P||Q},
+#: delta_{Q||P}), which is delta_{P||Q} at eps >= 0 (N(2) vs N(0) is symmetric), so the
+#: symmetrised pair (P||Q's losses > 0, their mirror images, an atom at 0) is tight and
+#: its composition bounds every run (docs/method.md, "Samplers and neighbouring
+#: relations")
 FIXED_SIZE_REPLACE_NOTE = (
     "fixed_size under replace_one (and replace_special, whose upper bound is replace_one's): "
-    "the upper bound composes each step's pair (1-g) N(0) + g N(2) vs N(0) together with its "
-    "mirror, which bounds both directions of every replaced example at every epsilon (the "
-    "pair alone does not under composition), looser than the tight symmetrised pair; under "
-    "replace_one the lower bound is the pair's own composition, realised by every other "
-    "example contributing -1")
+    "the upper bound composes each step's symmetrised pair, the losses > 0 of "
+    "(1-g) N(0) + g N(2) vs N(0) with their mirror images (tight for one step, C(f) = "
+    "min(f, f^-1)**: Dong, Roth, Su 2022; Zhu, Dong, Wang 2022); under replace_one the "
+    "lower bound is the pair's own composition, realised by every other example "
+    "contributing -1")
+#: said where some step could not be symmetrised (integer noise whose two directions are
+#: not ordered at eps >= 0): that step's pair is composed with its mirror, (A x B, B x A),
+#: symmetric and an upper bound on both directions at every eps, looser
+FIXED_SIZE_MIRRORED_NOTE = (
+    "fixed_size under replace_one: a step whose pair could not be symmetrised is composed "
+    "together with its mirror (sound, looser than the symmetrised pair)")
+
+
+def own_mirror(pair: MechanismPair) -> bool:
+    """Whether ``pair`` is its own mirror (B||A has the A||B curve), by construction:
+    the symmetric and symmetrised Gaussian pairs, the Gaussian pair (rate 1), and a
+    histogram whose (A-mass, B-mass) atoms are the same multiset exchanged."""
+    if isinstance(pair, (SymmetricSubsampledGaussian, SymmetrisedSubsampledGaussian)):
+        return True
+    if isinstance(pair, SubsampledGaussian):
+        return pair.sample_rate == 1.0
+    if type(pair) is DiscretePair:
+        atoms = list(zip(pair.probabilities_a, pair.probabilities_b))
+        return sorted(atoms) == sorted((b, a) for a, b in atoms)
+    return False
 
 
 def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_remove",
@@ -518,8 +595,9 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
     upper, lower = [], []
     tight = True
     # fixed-size batches under replace_one (and replace_special, whose upper pairs are
-    # replace_one's): every step's pair is composed in both orientations for the upper
-    # bound (FIXED_SIZE_REPLACE_NOTE)
+    # replace_one's): every step's upper pair is the symmetrised one, its own mirror;
+    # where step_pairs could not symmetrise, the pair is composed in both orientations
+    # (FIXED_SIZE_REPLACE_NOTE)
     both_orientations = (a.sampler == "fixed_size"
                          and a.neighbouring in ("replace_one", "replace_special"))
     mirrored = False
@@ -530,17 +608,16 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
         up, lo = step_pairs(base, fraction if fraction is not None else q,
                             a.sampler, a.neighbouring)
         upper.append((up, count))
-        # (g = 1 with Gaussian noise: every example is in every batch, and the pair
-        # N(2) vs N(0) is its own mirror)
-        full = (fraction if fraction is not None else q) == 1.0
-        mirror = both_orientations and not (full and isinstance(base, GaussianNoise))
+        mirror = both_orientations and not own_mirror(up)
         if mirror:
             upper.append((up.mirrored(), count))
         lower.append((lo, count))
         tight = tight and lo is up and not mirror
         mirrored = mirrored or mirror
-    if mirrored:
+    if both_orientations and upper:
         notes += (FIXED_SIZE_REPLACE_NOTE,)
+    if mirrored:
+        notes += (FIXED_SIZE_MIRRORED_NOTE,)
     if a.sampler == "fixed_size" and a.neighbouring == "replace_special":
         notes += ("fixed_size under replace_special: upper bound from the replace_one "
                   "pair, lower bound from the zero-contribution pair",)
