@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import os
 import time
 from contextlib import contextmanager
 from fractions import Fraction
@@ -194,10 +195,15 @@ def _segment(where: str, sigma, q, steps) -> Tuple[float, float, int]:
 def _read_schedule_file(path: str) -> Schedule:
     name = f"--schedule {path}"
     try:
-        with open(path, newline="") as fh:
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, which
+        # must not become part of the first column's name (or hide a JSON "[")
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             text = fh.read(50_000_001)
     except OSError as exc:
         raise UserError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{name}: not UTF-8 text (a CSV or JSON schedule): {exc.reason} "
+                        f"at byte {exc.start}") from None
     if len(text) > 50_000_000:
         raise UserError(f"{name}: the file is larger than 50 MB")
     keys = ("noise_multiplier", "sample_rate", "steps")
@@ -222,9 +228,22 @@ def _read_schedule_file(path: str) -> Schedule:
             raise UserError(f"{name}: CSV needs a header with the columns "
                             f"{', '.join(keys)}, got {', '.join(header) or 'none'}")
         for i, item in enumerate(reader):
+            rest = item.get(None) or []
+            # values past the header, or under a column without a name (a header that
+            # ends in a comma)
+            extra = [v for v in rest if str(v).strip()] + [
+                v for k, v in item.items()
+                if k is not None and not str(k).strip() and str(v or "").strip()]
             item = {str(k).strip(): v for k, v in item.items() if k is not None}
-            if all(not str(v or "").strip() for v in item.values()):
+            if all(not str(v or "").strip() for v in item.values()) and not extra:
                 continue
+            if extra:
+                # a value past the header's columns (a thousands separator, as in
+                # 1,000 steps, or a stray comma) is never dropped silently
+                named = [h for h in header if h]
+                raise UserError(f"{name}: line {i + 2}: more values than the header "
+                                f"names columns ({', '.join(named)}); write numbers "
+                                "without thousands separators")
             rows.append((f"{name}: line {i + 2}", item))
     out = []
     for where, item in rows:
@@ -647,6 +666,29 @@ def compare(args) -> Data:
             "notes": _notes(notes + list(b.notes))}
 
 
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _distinct_outputs(outputs, schedule: Optional[str]) -> None:
+    """UserError when two outputs are one file (the second would silently replace the
+    first) or an output is the --schedule file being read."""
+    given = [(opt, path) for opt, path in outputs if path]
+    for i, (opt, path) in enumerate(given):
+        for opt2, path2 in given[i + 1:]:
+            if _same_file(path, path2):
+                raise UserError(f"{opt} and {opt2} name the same file {path}; give each "
+                                "its own")
+        if schedule is not None and _same_file(path, schedule):
+            raise UserError(f"{opt}: {path} is the --schedule file; writing there would "
+                            "replace it")
+
+
 def curve(args) -> Tuple[Data, Any]:
     """(data, files): ``files`` is an AtomicFiles ready to commit (nothing on disk yet)."""
     import numpy as np
@@ -672,6 +714,7 @@ def curve(args) -> Tuple[Data, Any]:
             render.check_output_path("--csv", csv_path)
     except render.OutputError as exc:
         raise UserError(str(exc)) from None
+    _distinct_outputs([("--png", png_path), ("--csv", csv_path)], args.schedule)
     if png_path:
         try:
             import matplotlib  # noqa: F401
@@ -805,7 +848,8 @@ def risk(args) -> Tuple[Data, Any]:
             files.write("--png", png_path, lambda tmp: _plot(tmp, curve, tb_all, title))
     rows = [{"fpr": float(tb_all.fpr[i]), "tpr_lower": float(tb_all.tpr_lower[i]),
              "tpr_upper": float(tb_all.tpr_upper[i])} for i in pick]
-    data = {"command": "risk", "schedule": sched, "steps": _steps(schedule), "results": rows,
+    data = {"command": "risk", "schedule": sched, "steps": _steps(schedule),
+            "sampler": "poisson", "neighbouring": "add_remove", "results": rows,
             "gdp_mu": {"lower": tb_all.mu_lower, "upper": tb_all.mu_upper,
                        "alpha_min": tb_all.mu_alpha_min},
             "png": png_path, "notes": _notes(notes + list(tb_all.notes))}
@@ -823,6 +867,13 @@ def report(args) -> Data:
                 render.check_output_path("--out", args.out + suffix)
             except render.OutputError as exc:
                 raise UserError(str(exc)) from None
+            try:
+                same = os.path.samefile(args.out + suffix, args.source)
+            except OSError:
+                same = False
+            if same:
+                raise UserError(f"--out: {args.out + suffix} is the source {args.source}; the "
+                                "report would replace it (choose another prefix)")
     with busy(args, "writing the report"):
         try:
             rep = privacy_report(args.source, args.out, deltas=deltas, fpr=fprs,
@@ -830,6 +881,8 @@ def report(args) -> Data:
                                  title=args.title)
         except (ValueError, OSError) as exc:
             message = str(exc)                  # a log's errors name the file already
+            if message.startswith("source: ") and args.source in message:
+                message = message[len("source: "):]
             if not message.startswith(args.source):
                 message = f"{args.source}: {message}"
             raise UserError(message) from None

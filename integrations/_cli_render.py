@@ -65,6 +65,18 @@ def g(x) -> str:
     return "-" if x is None else f"{x:.6g}"
 
 
+def exact(x) -> str:
+    """The value a bound is certified *at* (an epsilon, a delta, a false-positive
+    rate): six significant digits when they read back as the value, else every digit
+    (the bounds at 1.0000004 are not those at 1: a rounded argument would leave one of
+    the two printed bounds unproven)."""
+    if x is None:
+        return "-"
+    x = float(x) + 0.0                          # -0.0 as 0
+    text = f"{x:.6g}"
+    return text if not math.isfinite(x) or float(text) == x else repr(x)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
@@ -128,7 +140,7 @@ def _heading(data: Data, with_delta: bool = True) -> str:
     kind = _SAMPLER_TEXT.get(data.get("sampler", "poisson"), data.get("sampler"))
     text = f"DP-SGD ({kind}), {data['steps']} steps"
     if with_delta:
-        text += f", delta = {data['delta']:g}"
+        text += f", delta = {exact(data['delta'])}"
     text += f"\nassumes: {assumption_text(data)}"
     return text + "\n\n" + _schedule_table(data["schedule"]) + "\n\n"
 
@@ -142,22 +154,22 @@ def render_epsilon(data: Data) -> str:
     out = _heading(data)
     out += table(["eps_lower", "eps_upper", "rel_width"],
                  [[down(lo), up(hi), _width(lo, hi)]], "rrr") + "\n\n"
-    out += (f"certified: {down(lo)} <= epsilon <= {up(hi)} at delta = {data['delta']:g} "
+    out += (f"certified: {down(lo)} <= epsilon <= {up(hi)} at delta = {exact(data['delta'])} "
             f"({assumption_text(data)})\n")
     return out + _notes(data["notes"])
 
 
 def render_delta(data: Data) -> str:
     out = _heading(data, with_delta=False)
-    rows = [[g(r["epsilon"]), down(r["delta_lower"]), up(r["delta_upper"])]
+    rows = [[exact(r["epsilon"]), down(r["delta_lower"]), up(r["delta_upper"])]
             for r in data["results"]]
     out += table(["epsilon", "delta_lower", "delta_upper"], rows, "rrr") + "\n"
     return out + _notes(data["notes"])
 
 
 def render_noise(data: Data) -> str:
-    head = (f"noise multiplier for epsilon <= {data['target_epsilon']:g} at delta = "
-            f"{data['delta']:g}, sample rate {data['sample_rate']:g}, {data['steps']} steps\n"
+    head = (f"noise multiplier for epsilon <= {exact(data['target_epsilon'])} at delta = "
+            f"{exact(data['delta'])}, sample rate {data['sample_rate']:g}, {data['steps']} steps\n"
             f"assumes: {assumption_text(data)}\n\n")
     sigma = data["noise_multiplier"]
     timing = f", {data['seconds']:.1f} s" if data.get("seconds") is not None else ""
@@ -200,10 +212,11 @@ def render_curve(data: Data, points: Optional[Sequence[Sequence[float]]] = None)
     written = [p for p in (data.get("png"), data.get("csv"), data.get("peers_csv")) if p]
     if written:
         out += (f"wrote {' and '.join(written)} ({data['points']} points, epsilon in "
-                f"[0, {g(data['eps_max'])}], certified delta bounds)\n")
+                f"[0, {g(data['eps_max'])}], certified delta bounds)\n"
+                f"assumes: {assumption_text(data)}\n")
     else:
         out += _heading(data, with_delta=False)
-        rows = [[g(e), down(lo), up(hi)] for e, lo, hi in (points or [])]
+        rows = [[exact(e), down(lo), up(hi)] for e, lo, hi in (points or [])]
         out += table(["epsilon", "delta_lower", "delta_upper"], rows, "rrr") + "\n"
     for name, status in data.get("peers", {}).items():
         out += f"  {name}: {status}\n"
@@ -379,9 +392,10 @@ def curve_png_writer(epsilons, lower, upper, schedule, peer_curves, deltas,
 
 def render_risk(data: Data) -> str:
     out = (f"DP-SGD (Poisson-subsampled Gaussian), {data['steps']} steps: an attacker's best "
-           "true-positive rate (membership inference, one example)\n\n")
+           "true-positive rate (membership inference, one example)\n"
+           f"assumes: {assumption_text(data)}\n\n")
     out += _schedule_table(data["schedule"]) + "\n\n"
-    rows = [[g(r["fpr"]), down(r["tpr_lower"]), up(r["tpr_upper"])] for r in data["results"]]
+    rows = [[exact(r["fpr"]), down(r["tpr_lower"]), up(r["tpr_upper"])] for r in data["results"]]
     out += table(["fpr", "tpr_lower", "tpr_upper"], rows, "rrr") + "\n\n"
     mu = data["gdp_mu"]
     out += (f"Gaussian DP: {down(mu['lower'])} <= mu <= {up(mu['upper'])} "

@@ -174,13 +174,27 @@ def schedule_in_force(accountant: Any) -> Tuple[Optional[float], Optional[float]
         return None, None
 
 
+_ONE_SIDED = "accountant certifies an upper bound only; lower bound is 0"
+
+
+def _one_sided(accountant: Any, delta: float, upper) -> EpsilonBounds:
+    """(0, upper) from another accountant's ``get_epsilon``; a NaN or negative answer
+    (not an epsilon) is reported as the valid bound inf, with a note, never passed on."""
+    upper = float(upper)
+    notes = [_ONE_SIDED]
+    if math.isnan(upper) or upper < 0:
+        notes.append(f"{type(accountant).__name__}.get_epsilon returned {upper!r}, which is "
+                     "not an epsilon: reported as inf")
+        upper = math.inf
+    return EpsilonBounds(delta, 0.0, upper, method=type(accountant).__name__,
+                         notes=tuple(notes))
+
+
 def epsilon_bounds(accountant: Any, delta: float) -> EpsilonBounds:
     """Both bounds when the accountant has them; else (0, get_epsilon) - one-sided."""
     if hasattr(accountant, "get_epsilon_bounds"):
         return accountant.get_epsilon_bounds(delta)
-    upper = float(accountant.get_epsilon(delta))
-    return EpsilonBounds(delta, 0.0, upper, method=type(accountant).__name__,
-                         notes=("accountant certifies an upper bound only; lower bound is 0",))
+    return _one_sided(accountant, delta, accountant.get_epsilon(delta))
 
 
 def epsilon_after(accountant: Any, delta: float, noise_multiplier: float, sample_rate: float,
@@ -204,9 +218,7 @@ def epsilon_after(accountant: Any, delta: float, noise_multiplier: float, sample
         steps = 0
     for _ in range(steps):
         trial.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
-    return EpsilonBounds(delta, 0.0, float(trial.get_epsilon(delta)),
-                         method=type(accountant).__name__,
-                         notes=("accountant certifies an upper bound only; lower bound is 0",))
+    return _one_sided(accountant, delta, trial.get_epsilon(delta))
 
 
 def find_dp_optimizer(obj: Any) -> Any:

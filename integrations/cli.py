@@ -149,7 +149,8 @@ def _add_rate(grp) -> None:
                      help="number of training examples (with --batch-size)")
     grp.add_argument("--steps", metavar="T", help="number of DP-SGD steps")
     grp.add_argument("--epochs", metavar="E",
-                     help="number of epochs, fractions allowed: steps = ceil(E / sample rate)")
+                     help="number of epochs, fractions allowed: steps = ceil(E / sample rate) "
+                          "(--sampler shuffle: ceil(E x ceil(N/B)), the batches of E passes)")
 
 
 def _add_schedule(p) -> None:
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the epsilon the noise must certify")
     grp = p.add_argument_group("training")
     _add_rate(grp)
-    p.add_argument("--delta", required=True, help="the delta of the target (0 < delta < 1)")
+    p.add_argument("--delta", required=True,
+                   help=f"the delta of the target, in [{commands.MIN_DELTA_FLOOR:g}, 1)")
     p.add_argument("--tol", default="1e-3",
                    help=f"relative tolerance on sigma, in [{commands.MIN_TOL:g}, "
                         f"{commands.MAX_TOL:g}] (default 1e-3)")

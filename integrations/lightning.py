@@ -5,7 +5,9 @@
 
 Writes ``epsilon_lower`` and ``epsilon_upper`` to the trainer's loggers every
 ``log_every_n_steps`` optimisation steps and at each epoch end, at the record's step
-(the accountant's step count, the same step as a ``TensorBoardSink``; also
+(the accountant's step count, the same step as a ``TensorBoardSink``; for a
+TensorBoard logger, like that sink, rounded outward to the float32 it keeps, so a
+plotted bound is still a bound; also
 ``pl_module.log`` for the progress bar and ``callback_metrics``), and sets
 ``trainer.should_stop`` when one more step would take the certified upper bound past
 ``max_epsilon`` (look-ahead with the accountant's ``epsilon_after``).  When the
@@ -103,9 +105,15 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
             pl_module.log(name, value, on_step=on_step, on_epoch=not on_step,
                           prog_bar=self.prog_bar, logger=False)
         finite = {k: v for k, v in values.items() if math.isfinite(v)}
+        # for TensorBoard, which keeps float32, the bounds rounded outward to it (as the
+        # TensorBoardSink writes them): a plotted upper bound never below the bound
+        from .sinks import _float32
+        as_float32 = {k: _float32(v, k.endswith("_upper")) for k, v in finite.items()}
+        as_float32 = {k: v for k, v in as_float32.items() if math.isfinite(v)}
         for logger in trainer.loggers:
             try:
-                logger.log_metrics(finite, step=record.step)
+                logger.log_metrics(as_float32 if "TensorBoard" in type(logger).__name__
+                                   else finite, step=record.step)
             except Exception as exc:                 # logging never stops training
                 warnings.warn(f"{type(logger).__name__}.log_metrics failed: {exc!r}",
                               RuntimeWarning, stacklevel=2)

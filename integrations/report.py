@@ -16,9 +16,11 @@ skipped with a note).
 
 A tracker log records, per line, the step count and the noise multiplier and sample rate
 of the *last* step.  The history is rebuilt by giving every step since the previous
-line that line's values.  Only a log with a line for every step (Poisson sampling,
-add/remove) gives the exact history and certified bounds; from a sparser log the
-history between lines is unknown, so the report is labelled an approximation: its
+line that line's values.  Only a log with a line for every step of Poisson sampling
+(under the log's neighbouring relation) gives the exact history and certified bounds; a
+log of fixed-size or shuffled batches lacks the sizes they need, and from a sparser log
+the history between lines is unknown, so the report is labelled an approximation (stating
+the sampler and relation the log's own bounds assume): its
 upper bound is at least the largest eps_upper the tracker logged (certified for the
 real history) and, where the log's delta allows, the logged certified values are used.
 Every field of every record is checked as the tracker writes it (a malformed log raises
@@ -182,10 +184,27 @@ def _read_log(lines: Sequence[str], where: str) -> Tuple[List[dict], List[int]]:
     return records[start:], numbers[start:]
 
 
-def _history_from_log(records: List[dict], numbers: Sequence[int], where: str
+#: the neighbouring relations a rebuilt (Poisson) accountant models without sizes
+_POISSON_RELATIONS = ("add_remove", "replace_one", "replace_special")
+
+
+def _log_assumptions(records: List[dict]) -> Tuple[str, str, bool]:
+    """(sampler, neighbouring, modelled) the log's bounds assume ("a+b" when the records
+    differ); modelled: a Poisson accountant with that relation rebuilds them (fixed-size
+    and shuffled batches need the dataset and batch sizes, which the log does not hold)."""
+    samplers = sorted({str(r.get("sampler", "poisson")) for r in records})
+    relations = sorted({str(r.get("neighbouring", "add_remove")) for r in records})
+    modelled = samplers == ["poisson"] and len(relations) == 1 and \
+        relations[0] in _POISSON_RELATIONS
+    return "+".join(samplers), "+".join(relations), modelled
+
+
+def _history_from_log(records: List[dict], numbers: Sequence[int], where: str,
+                      modelled: bool = True
                       ) -> Tuple[List[Tuple[float, float, int]], List[str], bool]:
     """(history, notes, exact): exact only with a record for every step (what changed
-    inside a longer interval is not in the log) and the default sampler/relation.
+    inside a longer interval is not in the log) and a sampler/relation the rebuilt
+    accountant models (``modelled``, from :func:`_log_assumptions`).
     The records were checked by ``_read_log``."""
     history: List[Tuple[float, float, int]] = []
     notes: List[str] = []
@@ -201,10 +220,7 @@ def _history_from_log(records: List[dict], numbers: Sequence[int], where: str
             missing = "noise_multiplier" if sigma is None else "sample_rate"
             raise ValueError(f"{where}: line {number}: the record at step {step} has no "
                              f"{missing}: the history of its {k} step(s) cannot be rebuilt")
-        if k > 1:
-            exact = False
-        if rec.get("sampler", "poisson") != "poisson" or \
-                rec.get("neighbouring", "add_remove") != "add_remove":
+        if k > 1 or not modelled:
             exact = False
         if history and (history[-1][0], history[-1][1]) == (float(sigma), float(q)):
             history[-1] = (history[-1][0], history[-1][1], history[-1][2] + k)
@@ -215,8 +231,8 @@ def _history_from_log(records: List[dict], numbers: Sequence[int], where: str
                  "is given that record's noise multiplier and sample rate")
     if not exact:
         notes.append("the tracker log does not hold a record for every step (or assumes "
-                     "another sampler or neighbouring relation): the rebuilt history is an "
-                     "approximation and its bounds are not certified")
+                     "a sampler the rebuilt history does not model): the rebuilt history is "
+                     "an approximation and its bounds are not certified")
     return history, notes, exact
 
 
@@ -244,6 +260,18 @@ def _logged_bounds(records: List[dict]) -> Dict[str, Any]:
     return out
 
 
+def _loader_mismatch(records: List[dict]) -> Optional[Dict[str, Any]]:
+    """The last record's loader, when the tracker saw one that samples otherwise than
+    the accountant assumed (its bounds are then not certified for the training run)."""
+    rec = records[-1]
+    loader = rec.get("loader_sampler")
+    if loader is None or loader == rec.get("sampler", "poisson"):
+        return None
+    return {"loader_sampler": loader, "loader_neighbouring": rec.get("loader_neighbouring"),
+            "delta": rec.get("delta"), "step": rec.get("step"),
+            "eps_lower": rec.get("loader_eps_lower"), "eps_upper": rec.get("loader_eps_upper")}
+
+
 def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
     """(accountant, description of the source, notes) for any supported source."""
     from pb_accountant import PrivacyBucketsAccountant
@@ -256,7 +284,7 @@ def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
-            with open(path, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8-sig") as fh:       # (a BOM is not JSON)
                 text = fh.read()
         except OSError as exc:
             raise ValueError(f"source: cannot read {path}: {exc.strerror or exc}") from None
@@ -274,14 +302,31 @@ def load_source(source) -> Tuple[Any, Dict[str, Any], List[str]]:
             return (_accountant_from_state(state["accountant"]),
                     {"kind": "tracker_state", "path": path}, [])
         records, numbers = _read_log(text.splitlines(), path)
-        history, notes, exact = _history_from_log(records, numbers, path)
-        acc = PrivacyBucketsAccountant()
+        sampler, relation, modelled = _log_assumptions(records)
+        history, notes, every_step = _history_from_log(records, numbers, path)
+        exact = every_step and modelled
+        # the log's own relation (Poisson replace_one, say: its bounds are not add/remove's)
+        acc = (PrivacyBucketsAccountant(neighbouring=relation)
+               if modelled and relation != "add_remove" else PrivacyBucketsAccountant())
         acc.history = history
         last = records[-1]
         info = {"kind": "tracker_log", "path": path, "records": len(records),
-                "exact": exact, "last_record": last}
+                "exact": exact, "every_step": every_step, "last_record": last}
         if not exact:
             info["logged_bounds"] = _logged_bounds(records)
+        mismatch = _loader_mismatch(records)
+        if mismatch is not None:
+            info["loader_mismatch"] = mismatch
+        if not modelled:
+            # what the logged (certified) bounds assume: the card must say so, not the
+            # Poisson add/remove of the rebuilt history
+            info["logged_assumptions"] = {"sampler": sampler, "neighbouring": relation}
+            notes.append(f"the tracker log's bounds assume sampler={sampler}, neighbouring="
+                         f"{relation}; the log does not hold what that needs (the dataset "
+                         "and batch sizes), so values marked ≈ are computed for the rebuilt "
+                         "history as Poisson sampling with add/remove neighbours: the "
+                         "rebuilt history is an approximation and its bounds are not "
+                         "certified")
         return acc, info, notes
     raise ValueError("source must be a PrivacyBucketsAccountant, a state_dict mapping, or the "
                      f"path of a JSON state_dict or tracker log, got {type(source).__name__}")
@@ -392,14 +437,56 @@ def _fmt(x, up=True, sig=4) -> str:
     return f"{float(v):.{sig}g}"
 
 
+def _exact(x) -> str:
+    """A value a bound is certified *at* (a delta, a false-positive rate): six
+    significant digits when they read back as the value, else every digit."""
+    x = float(x) + 0.0
+    text = f"{x:.6g}"
+    return text if not math.isfinite(x) or float(text) == x else repr(x)
+
+
+def _span(stats: Dict[str, Any]) -> str:
+    """A parameter's range over the history ("1.1", or "0.8–1.1"): the training's
+    settings, not bounds, so no directed rounding (that showed a constant 1.1 as
+    "1.1–1.101")."""
+    lo, hi = stats["min"], stats["max"]
+    if lo is None:
+        return "-"
+    return f"{lo:.6g}" if lo == hi else f"{lo:.6g}–{hi:.6g}"
+
+
 def _training_line(h: Dict[str, Any]) -> str:
     if "events" in h:
         return (f"- **Training:** the dp_accounting event {h['events']} "
                 f"({h['segments']} composed mechanism segment(s))")
     return (f"- **Training:** {h['steps']} steps in {h['segments']} segment(s); noise "
-            f"multiplier {_fmt(h['noise_multiplier']['min'], False)}"
-            f"–{_fmt(h['noise_multiplier']['max'])}, sample rate "
-            f"{_fmt(h['sample_rate']['min'], False)}–{_fmt(h['sample_rate']['max'])}")
+            f"multiplier {_span(h['noise_multiplier'])}, sample rate "
+            f"{_span(h['sample_rate'])}")
+
+
+def _image_target(path: str) -> str:
+    """A Markdown link destination for a file name (spaces or parentheses need <...>)."""
+    name = os.path.basename(path)
+    if any(c in name for c in " ()<>\t"):
+        return "<" + name.replace("<", "%3C").replace(">", "%3E") + ">"
+    return name
+
+
+def _loader_warning(data: Dict[str, Any], a: Dict[str, Any]) -> List[str]:
+    """A bullet when the tracker saw a loader the bounds do not assume (a shuffled
+    DataLoader under a Poisson accountant): the card must not read as certified for it."""
+    m = data.get("loader_mismatch")
+    if not m:
+        return []
+    text = (f"- **Warning:** the tracker log says the data loader feeding training samples by "
+            f"{m['loader_sampler']}: the bounds below assume sampler={a.get('sampler')} and "
+            "are not certified for it")
+    if m.get("eps_upper") is not None and m.get("delta") is not None:
+        text += (f"; the tracker's certified bracket for it (sampler={m['loader_sampler']}, "
+                 f"neighbouring={m.get('loader_neighbouring')}) at delta="
+                 f"{_exact(m['delta'])} after {m['step']} steps is epsilon in "
+                 f"[{_fmt(m['eps_lower'], False)}, {_fmt(m['eps_upper'])}]")
+    return [text + " (docs/which-epsilon.md)"]
 
 
 def _markdown(data: Dict[str, Any]) -> str:
@@ -409,7 +496,7 @@ def _markdown(data: Dict[str, Any]) -> str:
     lines = [f"## Differential privacy ({data['title']})", "",
              f"- **Mechanism:** {data['mechanism']}",
              f"- **Sampler:** {a.get('sampler')}; **neighbouring relation:** "
-             f"{a.get('neighbouring')}",
+             f"{a.get('neighbouring')}"] + _loader_warning(data, a) + [
              _training_line(h),
              f"- **Accountant:** pb-accountant {data['version']} (privacy buckets, certified "
              f"upper and lower bounds)", "",
@@ -419,15 +506,19 @@ def _markdown(data: Dict[str, Any]) -> str:
     for row in data["epsilon"]:
         lo = ("" if row.get("lower_certified", certified) else "≈ ") + _fmt(row["lower"], False)
         up = ("" if row.get("upper_certified", certified) else "≈ ") + _fmt(row["upper"])
-        lines.append(f"| {row['delta']:g} | {lo} | {up} |")
+        lines.append(f"| {_exact(row['delta'])} | {lo} | {up} |")
     if certified:
         lines += ["", "The true epsilon lies between the two bounds; the upper bound is the "
                   "guarantee.", ""]
     else:
-        lines += ["", "The tracker log lacks a record for every step, so the history between "
-                  "records is not known: this bracket is an approximation from the log, not "
-                  "a certificate.  Values marked ≈ come from the rebuilt history; the "
-                  "others are the certified bounds the tracker logged for the real run.", ""]
+        why = data.get("approximate_because") or [
+            "the tracker log lacks a record for every step, so the history between records "
+            "is not known"]
+        text = "; and ".join(why)
+        lines += ["", text[:1].upper() + text[1:] + ": this bracket is an approximation from "
+                  "the log, not a certificate.  Values marked ≈ come from the rebuilt "
+                  "history; the others are the certified bounds the tracker logged for the "
+                  "real run.", ""]
     lines += ["### Attack risk (membership inference)", "",
               "Best true-positive rate any attacker can reach at a given false-positive "
               "rate, for one example, " + ("certified from the privacy curve" if certified
@@ -437,13 +528,13 @@ def _markdown(data: Dict[str, Any]) -> str:
     r = data["attack_risk"]
     approx = "" if certified else "≈ "
     for f, lo, up in zip(r["fpr"], r["tpr_lower"], r["tpr_upper"]):
-        lines.append(f"| {f:g} | {approx}{_fmt(lo, False)} | {approx}{_fmt(up)} |")
+        lines.append(f"| {_exact(f)} | {approx}{_fmt(lo, False)} | {approx}{_fmt(up)} |")
     mu = r["gdp_mu"]
     lines += ["", f"Gaussian-DP parameter implied by the curve (for FPR in "
               f"[{mu['alpha_min']:g}, 1 - {mu['alpha_min']:g}]): mu in "
               f"[{approx}{_fmt(mu['lower'], False)}, {approx}{_fmt(mu['upper'])}].", ""]
     if data.get("plot"):
-        lines += [f"![privacy curve and trade-off band]({os.path.basename(data['plot'])})", ""]
+        lines += [f"![privacy curve and trade-off band]({_image_target(data['plot'])})", ""]
     lines += ["### Method and assumptions", ""]
     lines += [f"- {s}" for s in data["assumed"]]
     if data["notes"]:
@@ -544,15 +635,25 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
                        "alpha_min": tb.mu_alpha_min}}
     notes = notes + [n for n in tb.notes if n not in notes]
     assumptions = _adapter_assumptions(acc) if adapter else _assumptions(acc)
+    if source_info.get("logged_assumptions"):
+        assumptions = dict(source_info["logged_assumptions"])
     steps = summary["steps"]
     if title is None:
         title = f"DP-SGD, {steps} steps" if not adapter else "dp_accounting events"
+    why = []                                      # why a log's report is approximate
+    if logged is not None and not source_info.get("every_step", False):
+        why.append("the tracker log lacks a record for every step, so the noise multiplier "
+                   "and sample rate between records are not known")
+    if source_info.get("logged_assumptions"):
+        la = source_info["logged_assumptions"]
+        why.append(f"the logged bounds assume sampler={la['sampler']}, neighbouring="
+                   f"{la['neighbouring']}, which the rebuilt history (Poisson sampling, "
+                   "add/remove neighbours) does not model")
     assumed = [] if logged is None else [
-        "The history was rebuilt from a tracker log without a record for every step: the "
-        "noise multiplier and sample rate between records are not known, so the bounds "
-        "and attack-risk figures are an approximation, not a certificate.  Values marked "
-        "≈ come from the rebuilt history; the others are the certified bounds the tracker "
-        "logged for the real history (up to the last record's step)."]
+        "The history was rebuilt from a tracker log: " + "; and ".join(why) + ", so the "
+        "bounds and attack-risk figures are an approximation, not a certificate.  Values "
+        "marked ≈ come from the rebuilt history; the others are the certified bounds the "
+        "tracker logged for the real history (up to the last record's step)."]
     assumed += [
         "Bounds are certified by privacy buckets (Meiser & Mohammadi, \"Tight on "
         "Budget?\"): the upper bounds are provably at least, the lower bounds provably at "
@@ -579,9 +680,13 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
         "generator": "pb_accountant.integrations.report",
         "version": __version__,
         "source": {k: ({n: _num(x) if isinstance(x, float) else x for n, x in v.items()}
-                       if k == "logged_bounds" else v)
+                       if k in ("logged_bounds", "loader_mismatch") else v)
                    for k, v in source_info.items() if k != "last_record"},
         "certified": logged is None,
+        **({"loader_mismatch": {k: (_num(v) if isinstance(v, float) else v)
+                                for k, v in source_info["loader_mismatch"].items()}}
+           if source_info.get("loader_mismatch") else {}),
+        **({"approximate_because": why} if logged is not None else {}),
         "mechanism": ("composed dp_accounting DpEvents" if adapter else
                       "Poisson-subsampled Gaussian (DP-SGD)"
                       if assumptions.get("sampler") == "poisson" else
@@ -600,6 +705,20 @@ def build_report(acc, source_info: Dict[str, Any], notes: List[str], *, deltas, 
     return data, curve, tb
 
 
+def _check_not_the_source(source: str, output: str, plot: bool) -> None:
+    """ValueError when a file the report would write is the source it reads (``report
+    run.json --out run`` replaced the saved accountant state by the report)."""
+    for suffix in (".md", ".json") + ((".png",) if plot else ()):
+        target = output + suffix
+        try:
+            same = os.path.exists(target) and os.path.samefile(target, source)
+        except OSError:
+            same = False
+        if same:
+            raise ValueError(f"output: {target} is the source being reported on; writing the "
+                             "report there would replace it (choose another output prefix)")
+
+
 def privacy_report(source, output: Optional[str] = None, *, deltas: Sequence[float] = DEFAULT_DELTAS,
                    fpr: Sequence[float] = DEFAULT_FPR, plot: bool = True,
                    title: Optional[str] = None) -> PrivacyReport:
@@ -608,6 +727,8 @@ def privacy_report(source, output: Optional[str] = None, *, deltas: Sequence[flo
 
     Bad input raises ValueError before anything is written.
     """
+    if output is not None and isinstance(source, (str, os.PathLike)):
+        _check_not_the_source(os.fspath(source), os.fspath(output), plot)
     acc, info, notes = load_source(source)
     data, curve, tb = build_report(acc, info, list(notes), deltas=deltas, fpr=fpr, title=title)
     files: Dict[str, str] = {}

@@ -23,6 +23,8 @@ from typing import Any, List, Optional, Tuple
 
 from pb_accountant._validation import check_real
 
+from ._cli_render import down, up
+
 __all__ = ["SampleRateWarning", "check_sample_rate", "loader_sample_rate",
            "SamplerMismatchWarning", "LoaderSampling", "loader_sampling", "SamplerCheck",
            "sampler_check", "accountant_assumptions", "sibling_accountant"]
@@ -391,13 +393,13 @@ def _mismatch_message(sampling: LoaderSampling, assumed: dict, implied: Any,
     if implied is not None:
         if sampling.upper_only:
             body = (f" Each example is in at most one batch per epoch: epsilon <= "
-                    f"{implied.upper:.6g} at delta={delta:g} {when} (one unamplified "
+                    f"{up(implied.upper)} at delta={delta:g} {when} (one unamplified "
                     f"Gaussian per epoch, neighbouring="
                     f"{getattr(implied, 'neighbouring', '?')!r}; no lower bound is certified "
                     "for this loader).")
         else:
             body = (f" For {sampling.sampler} batches epsilon is in "
-                    f"[{implied.lower:.6g}, {implied.upper:.6g}] at delta={delta:g} {when} "
+                    f"[{down(implied.lower)}, {up(implied.upper)}] at delta={delta:g} {when} "
                     f"(certified bracket for sampler={sampling.sampler!r}, "
                     f"neighbouring={getattr(implied, 'neighbouring', '?')!r}).")
     else:

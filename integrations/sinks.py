@@ -19,6 +19,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from pb_accountant._validation import check_flag
 
 from ._common import json_float
@@ -74,8 +76,8 @@ class BudgetRecord:
         if self.certified_for_loader is False:
             text += f"; NOT certified for the {self.loader_sampler} loader feeding training"
             if self.loader_eps_upper is not None:
-                text += (f", which implies epsilon in [{self.loader_eps_lower:.6g}, "
-                         f"{self.loader_eps_upper:.6g}] (sampler={self.loader_sampler}, "
+                text += (f", which implies epsilon in [{_down(self.loader_eps_lower)}, "
+                         f"{_up(self.loader_eps_upper)}] (sampler={self.loader_sampler}, "
                          f"neighbouring={self.loader_neighbouring})")
         return text
 
@@ -136,9 +138,10 @@ class LoggingSink(Sink):
         epoch = "-" if record.epoch is None else record.epoch
         self.logger.log(
             self.level,
-            "privacy budget at step %d (epoch %s, %s): epsilon in [%.6g, %.6g] at delta=%g "
+            "privacy budget at step %d (epoch %s, %s): epsilon in [%s, %s] at delta=%s "
             "(noise_multiplier=%s, sample_rate=%s; %s)",
-            record.step, epoch, record.event, record.eps_lower, record.eps_upper, record.delta,
+            record.step, epoch, record.event, _down(record.eps_lower), _up(record.eps_upper),
+            _exact(record.delta),
             _short(record.noise_multiplier), _short(record.sample_rate),
             record.assumption_text(),
             extra={"budget": record.as_dict()})
@@ -146,6 +149,36 @@ class LoggingSink(Sink):
 
 def _short(x) -> str:
     return "-" if x is None else f"{x:.6g}"
+
+
+def _up(x) -> str:
+    """An upper bound as text: 6 digits rounded towards +inf (never shown below itself)."""
+    from ._cli_render import up
+    return up(x)
+
+
+def _down(x) -> str:
+    """A lower bound as text: 6 digits rounded towards -inf (never shown above itself)."""
+    from ._cli_render import down
+    return down(x)
+
+
+def _exact(x) -> str:
+    from ._cli_render import exact
+    return exact(x)
+
+
+def _float32(x: float, upward: bool) -> float:
+    """``x`` as the float32 TensorBoard stores, rounded towards +inf (``upward``: an
+    upper bound) or -inf (a lower bound) instead of to the nearest, so that the plotted
+    bound is still a bound (an upper bound past the float32 range is inf: skipped)."""
+    with np.errstate(over="ignore"):
+        f = np.float32(x)
+    if upward and float(f) < x:
+        f = np.nextafter(f, np.float32(np.inf))
+    elif not upward and float(f) > x:
+        f = np.nextafter(f, np.float32(-np.inf))
+    return float(f)
 
 
 class _FileSink(Sink):
@@ -167,6 +200,19 @@ class _FileSink(Sink):
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         self._fh = open(self.path, "ab" if append else "wb", buffering=0)
+        # a file that ends in a cut line (an operating-system crash without fsync, another
+        # writer): the first record starts on a line of its own, not glued to that one
+        self._newline_first = append and self._ends_in_a_cut_line()
+
+    def _ends_in_a_cut_line(self) -> bool:
+        try:
+            if self._size() == 0:
+                return False
+            with open(self.path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                return fh.read(1) != b"\n"
+        except OSError:
+            return False
 
     @property
     def closed(self) -> bool:
@@ -179,7 +225,7 @@ class _FileSink(Sink):
             return 0
 
     def _write_line(self, text: str) -> None:
-        data = text.encode("utf-8")
+        data = ("\n" if self._newline_first else "").encode("utf-8") + text.encode("utf-8")
         fd = self._fh.fileno()
         start = self._size()
         try:
@@ -191,6 +237,7 @@ class _FileSink(Sink):
                 view = view[written:]
             if self.fsync:
                 os.fsync(fd)
+            self._newline_first = False
         except BaseException:
             try:                                    # never leave a cut line behind
                 if self._size() > start:
@@ -244,7 +291,9 @@ class TensorBoardSink(Sink):
 
     Uses ``torch.utils.tensorboard.SummaryWriter`` (imported on first use): pass a
     ``log_dir`` or an existing ``writer``.  Non-finite values are skipped (TensorBoard
-    cannot plot them).  The writer is flushed after every record.
+    cannot plot them); the bounds are rounded outward to the float32 TensorBoard
+    stores (lower down, upper up), so a plotted bound is still a bound.  The writer is
+    flushed after every record.
     """
 
     def __init__(self, log_dir=None, writer: Any = None, prefix: str = "privacy/",
@@ -267,17 +316,24 @@ class TensorBoardSink(Sink):
         return getter() if getter else None
 
     def write(self, record: BudgetRecord) -> None:
-        values = {"epsilon_lower": record.eps_lower, "epsilon_upper": record.eps_upper}
+        # TensorBoard keeps float32: bounds are rounded outward to it (None: nearest)
+        values = {"epsilon_lower": (record.eps_lower, False),
+                  "epsilon_upper": (record.eps_upper, True)}
         if self.log_schedule:
-            values["noise_multiplier"] = record.noise_multiplier
-            values["sample_rate"] = record.sample_rate
+            values["noise_multiplier"] = (record.noise_multiplier, None)
+            values["sample_rate"] = (record.sample_rate, None)
         if record.certified_for_loader is False:
             tag = f"{record.loader_sampler}/"
-            values[tag + "epsilon_lower"] = record.loader_eps_lower
-            values[tag + "epsilon_upper"] = record.loader_eps_upper
-        for name, value in values.items():
-            if value is not None and math.isfinite(value):
-                self.writer.add_scalar(self.prefix + name, value, global_step=record.step)
+            values[tag + "epsilon_lower"] = (record.loader_eps_lower, False)
+            values[tag + "epsilon_upper"] = (record.loader_eps_upper, True)
+        for name, (value, upward) in values.items():
+            if value is None or not math.isfinite(value):
+                continue
+            if upward is not None:
+                value = _float32(float(value), upward)
+                if not math.isfinite(value):
+                    continue
+            self.writer.add_scalar(self.prefix + name, value, global_step=record.step)
         text = record.assumption_text().split(", which implies")[0]
         add_text = getattr(self.writer, "add_text", None)
         if text != self._assumptions and add_text is not None:

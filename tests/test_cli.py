@@ -171,6 +171,48 @@ def test_schedule_file_errors_name_the_file_and_row(capsys, tmp_path, name, text
     assert err.count("\n") == 1 and f"--schedule {path}" in err and needle in err, err
 
 
+@pytest.mark.parametrize("name,text", [
+    ("excel.csv", "\ufeffnoise_multiplier,sample_rate,steps\n1.0,0.05,40\n0.8,1/10,10\n"),
+    ("bom.json", "\ufeff" + json.dumps([{"noise_multiplier": 1.0, "sample_rate": 0.05,
+                                          "steps": 40},
+                                         {"noise_multiplier": 0.8, "sample_rate": 0.1,
+                                          "steps": 10}])),
+])
+def test_schedule_file_with_a_byte_order_mark(capsys, tmp_path, name, text):
+    """A spreadsheet's "CSV UTF-8" (and some editors' JSON) starts with a BOM: it was
+    read as part of the first column's name, "CSV needs a header ..." (exit 2)."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    data = cli_json(capsys, "epsilon", "--schedule", path, "--delta", DELTA)
+    b = bounds([(1.0, 0.05, 40), (0.8, 0.1, 10)])
+    assert (data["eps_lower"], data["eps_upper"]) == (b.lower, b.upper)
+
+
+def test_schedule_file_not_utf8_is_a_user_error(capsys, tmp_path):
+    """A Latin-1 or binary file was an internal error (UnicodeDecodeError, exit 1)."""
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"noise_multiplier,sample_rate,steps\n1.0,0.05,40 \xe9\n")
+    status, out, err = cli(capsys, "epsilon", "--schedule", path, "--delta", DELTA)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert f"--schedule {path}" in err and "not UTF-8" in err and "internal" not in err
+
+
+@pytest.mark.parametrize("header", ["noise_multiplier,sample_rate,steps",
+                                    "noise_multiplier,sample_rate,steps,"])
+@pytest.mark.parametrize("row", ["1.1,0.01,1,000", "1.1,0.01,100,7", "1.1,0.01,100,,x"])
+def test_schedule_csv_row_with_more_values_than_columns(capsys, tmp_path, row, header):
+    """"1,000" steps was read as 1 step (the extra value was dropped without a word)."""
+    path = tmp_path / "phases.csv"
+    path.write_text(f"{header}\n{row}\n")
+    status, out, err = cli(capsys, "epsilon", "--schedule", path, "--delta", DELTA)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert f"--schedule {path}: line 2: more values than the header names" in err, err
+    # a trailing comma (an empty last cell) is still fine
+    path.write_text("noise_multiplier,sample_rate,steps\n1.0,0.05,40,\n")
+    data = cli_json(capsys, "epsilon", "--schedule", path, "--delta", DELTA)
+    assert data["steps"] == 40
+
+
 def test_schedule_file_missing(capsys, tmp_path):
     status, _out, err = cli(capsys, "epsilon", "--schedule", tmp_path / "nope.csv",
                             "--delta", DELTA)
@@ -202,6 +244,23 @@ def test_delta_bounds_table_and_json(capsys):
     status, text, _ = cli(capsys, *argv)
     rows = [l.split() for l in text.splitlines() if l.strip()[:1].isdigit()]
     assert [row[0] for row in rows[-4:]] == ["0.5", "1", "2", "4"]
+
+
+def test_the_argument_of_a_bound_is_printed_as_given(capsys):
+    """The bounds at epsilon 1.0000004 were printed on a row "1": two rows "1" with
+    different bounds, the first's delta_upper (0.000767448) below the certified upper
+    bound at 1 (0.000767451).  Likewise delta in `epsilon`, fpr in `risk`."""
+    common = ("--sigma", 1.1, "--sample-rate", 0.01, "--steps", 1000)
+    status, text, _ = cli(capsys, "delta", *common, "--epsilon", "1.0000004", "1", "-0")
+    rows = [l.split() for l in text.splitlines() if l.strip()[:1].isdigit()]
+    assert [row[0] for row in rows[-3:]] == ["1.0000004", "1", "0"]
+    status, text, _ = cli(capsys, "epsilon", *common, "--delta", "1.0000004e-5")
+    assert "at delta = 1.0000004e-05 (" in text and "delta = 1e-05" not in text
+    status, text, _ = cli(capsys, "risk", *common, "--fpr", "1/3")
+    assert "0.3333333333333333" in text
+    status, text, _ = cli(capsys, "noise", "--target-epsilon", "2.0000001", "--sample-rate",
+                          0.05, "--steps", 20, "--delta", DELTA, "--tol", 0.1)
+    assert "epsilon <= 2.0000001 at delta = 1e-05" in text
 
 
 def test_delta_beyond_the_engine_is_a_valid_looser_answer(capsys):
@@ -731,3 +790,33 @@ def test_curve_rows_bound_delta_at_the_epsilon_they_print(capsys):
     status, out, _ = cli(capsys, *argv)
     printed = [float(l.split()[0]) for l in out.splitlines() if l.strip()[:1].isdigit()]
     assert printed[-7:] == eps
+
+
+def test_risk_and_written_curve_say_what_they_assume(capsys, tmp_path):
+    """Every result says its sampler and relation (README): `risk` and `curve` writing
+    files said nothing."""
+    common = ("--sigma", 1.1, "--steps", 100)
+    status, out, err = cli(capsys, "risk", *common, "--sample-rate", 0.01)
+    assert status == 0 and "\nassumes: sampler=poisson, neighbouring=add_remove\n" in out
+    data = cli_json(capsys, "risk", *common, "--sample-rate", 0.01)
+    assert (data["sampler"], data["neighbouring"]) == ("poisson", "add_remove")
+    status, out, err = cli(capsys, "curve", *common, "--batch-size", 10, "--dataset-size",
+                           1000, "--sampler", "fixed_size", "--num", 3,
+                           "--csv", tmp_path / "c.csv")
+    assert status == 0 and ("\nassumes: sampler=fixed_size, neighbouring=add_remove, "
+                            "dataset_size=1000, batch_size=10\n") in out
+
+
+def test_curve_never_writes_over_its_schedule_or_twice_to_one_file(capsys, tmp_path):
+    """`curve --schedule phases.csv --csv phases.csv` replaced the schedule by the
+    points; --png and --csv naming one file kept only the second."""
+    schedule = tmp_path / "phases.csv"
+    text = "noise_multiplier,sample_rate,steps\n1.0,0.05,40\n"
+    schedule.write_text(text)
+    status, out, err = cli(capsys, "curve", "--schedule", schedule, "--csv", schedule,
+                           "--num", 3)
+    assert status == 2 and out == "" and "--schedule file" in err and err.count("\n") == 1
+    assert schedule.read_text() == text
+    status, out, err = cli(capsys, "curve", "--schedule", schedule, "--num", 3,
+                           "--csv", tmp_path / "x", "--png", str(tmp_path / "." / "x"))
+    assert status == 2 and "name the same file" in err and not (tmp_path / "x").exists()

@@ -90,5 +90,9 @@ def test_snippet_runs_as_written(section, code, expected, tmp_path):
     for item in expected:
         assert contains(res.stdout, item), f"{item!r} not printed; stdout:\n{res.stdout[-2000:]}"
     if "LoggingSink()" in code and "logging.basicConfig" in code or "addHandler" in code:
-        assert ("pb_accountant INFO privacy budget at step 3 (epoch 0, step): epsilon in "
-                "[1.28051, 1.28053] at delta=1e-05") in res.stderr
+        # the whole line as the page quotes it (what the bounds assume included)
+        line = ("pb_accountant INFO privacy budget at step 3 (epoch 0, step): epsilon in "
+                "[1.28051, 1.28053] at delta=1e-05 (noise_multiplier=1, sample_rate=0.05; "
+                "sampler=poisson, neighbouring=add_remove)\n")
+        assert line in res.stderr
+        assert line.rstrip("\n") in DOC.read_text(encoding="utf-8")

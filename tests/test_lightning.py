@@ -217,8 +217,12 @@ def test_logger_gets_fresh_values_at_the_tensorboard_sinks_steps(tmp_path):
     assert from_logger == from_sink                           # same steps, same values
     for record in callback.records:
         assert from_logger[record.step] == pytest.approx(record.eps_upper, rel=1e-6)
+        # float32 on disk, rounded outward: still an upper bound
+        assert from_logger[record.step] >= record.eps_upper
     assert scalars(logger.log_dir, "epsilon_lower")[15] == pytest.approx(
         fresh_bounds([(SIGMA, Q, 15)], DELTA).lower, rel=1e-6)
+    assert scalars(logger.log_dir, "epsilon_lower")[15] <= fresh_bounds([(SIGMA, Q, 15)],
+                                                                          DELTA).lower
 
 
 @pytest.mark.parametrize("name", ["prog_bar", "account_steps", "log_on_epoch_end",

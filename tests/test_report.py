@@ -400,3 +400,140 @@ def test_a_file_that_is_not_text_is_a_user_error(tmp_path, capsys):
     path.write_bytes(b"\x80\x81\xff\x00")
     status, out, err = cli(capsys, "report", path)
     assert status == 2 and "not UTF-8 text" in err and err.count("\n") == 1
+
+
+def test_the_training_line_shows_the_settings_not_rounded_ranges():
+    """A constant noise multiplier 1.1 and sample rate 0.01 were shown as the ranges
+    "1.1–1.101" and "0.01–0.01001" (the settings rounded as if they were bounds)."""
+    md = privacy_report(accountant([(1.1, 0.01, 50)]), plot=False).markdown
+    assert "50 steps in 1 segment(s); noise multiplier 1.1, sample rate 0.01\n" in md
+    md = privacy_report(accountant([(1.1, 0.01, 50), (0.8, 1 / 3, 5)]), plot=False).markdown
+    assert "noise multiplier 0.8–1.1, sample rate 0.01–0.333333\n" in md
+
+
+def test_the_delta_and_fpr_of_a_row_are_printed_as_given():
+    """Bounds at delta 1.0000004e-5 were printed on a row "1e-05"."""
+    rep = privacy_report(accountant(), deltas=[1.0000004e-5, 1e-5], fpr=[1 / 3], plot=False)
+    assert "| 1.0000004e-05 | " in rep.markdown and "| 1e-05 | " in rep.markdown
+    assert "| 0.3333333333333333 | " in rep.markdown
+
+
+def test_the_plot_link_works_for_a_name_with_spaces(tmp_path):
+    """![...](out ü.png) is not a Markdown image (a space ends the destination)."""
+    pytest.importorskip("matplotlib")
+    rep = privacy_report(accountant(), tmp_path / "model card ü")
+    assert "![privacy curve and trade-off band](<model card ü.png>)" in rep.markdown
+    assert (tmp_path / "model card ü.png").exists()
+    rep = privacy_report(accountant(), tmp_path / "card")
+    assert "![privacy curve and trade-off band](card.png)" in rep.markdown
+
+
+def test_the_report_never_overwrites_its_source(tmp_path, capsys):
+    """`report run.json --out run` replaced the saved accountant state by the report."""
+    state = tmp_path / "run.json"
+    text = json.dumps(dict(accountant([(1.0, 0.05, 40)]).state_dict()))
+    state.write_text(text)
+    with pytest.raises(ValueError, match="is the source"):
+        privacy_report(str(state), str(tmp_path / "run"), plot=False)
+    status, out, err = main_status(capsys, "report", state, "--out", tmp_path / "run",
+                                   "--no-plot")
+    assert status == 2 and out == "" and "--out" in err and err.count("\n") == 1
+    assert state.read_text() == text and not (tmp_path / "run.md").exists()
+    log = tmp_path / "log.md"                   # a source with the .md name too
+    log.write_text(text)
+    with pytest.raises(ValueError, match="is the source"):
+        privacy_report(log, tmp_path / "log", plot=False)
+    assert log.read_text() == text
+    privacy_report(str(state), str(tmp_path / "card"), plot=False)     # elsewhere: fine
+    assert json.loads(state.read_text()) == json.loads(text)
+
+
+def main_status(capsys, *argv):
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_a_source_file_with_a_byte_order_mark(tmp_path):
+    """A state saved by a tool that writes a UTF-8 BOM was "line 1 is not JSON"."""
+    acc = accountant([(1.0, 0.05, 40)])
+    path = tmp_path / "state.json"
+    path.write_text("\ufeff" + json.dumps(dict(acc.state_dict())), encoding="utf-8")
+    got, info, _ = load_source(path)
+    assert info["kind"] == "state_dict" and got.history == acc.history
+
+
+def _logged_run(path, **sampling):
+    acc = PrivacyBucketsAccountant(**sampling)
+    with BudgetTracker(acc, 1e-5, every_n_steps=1, every_epoch=False,
+                       sinks=[JSONLinesSink(path)]) as tracker:
+        for _ in range(20):
+            acc.step(noise_multiplier=1.0, sample_rate=0.01)
+            tracker.on_step()
+    return acc, tracker
+
+
+def test_a_log_of_another_sampler_is_reported_under_it(tmp_path):
+    """A fixed_size / replace_one run's log was reported as "Sampler: poisson;
+    neighbouring relation: add_remove" (with the logged fixed_size bounds in its table)
+    and "the tracker log lacks a record for every step" (it has every step)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        acc, tracker = _logged_run(tmp_path / "fx.jsonl", sampler="fixed_size",
+                                   neighbouring="replace_one", dataset_size=1000,
+                                   batch_size=10)
+    rep = privacy_report(str(tmp_path / "fx.jsonl"), deltas=(1e-5,), plot=False)
+    assert rep.data["certified"] is False
+    assert rep.data["assumptions"] == {"sampler": "fixed_size", "neighbouring": "replace_one"}
+    assert "**Sampler:** fixed_size; **neighbouring relation:** replace_one" in rep.markdown
+    assert "poisson" not in rep.markdown.split("### Method")[0].split("rebuilt history")[0]
+    assert "lacks a record for every step" not in rep.markdown
+    assert "approximation from the log" in rep.markdown
+    (row,) = rep.data["epsilon"]
+    assert (row["lower"], row["upper"]) == (tracker.last.eps_lower, tracker.last.eps_upper)
+
+
+def test_a_poisson_replace_one_log_is_rebuilt_exactly(tmp_path):
+    """Poisson with replace_one needs no sizes: the log rebuilds the run, bitwise (it was
+    rebuilt under add/remove and labelled approximate)."""
+    acc, tracker = _logged_run(tmp_path / "r1.jsonl", neighbouring="replace_one")
+    rep = privacy_report(str(tmp_path / "r1.jsonl"), deltas=(1e-5, 1e-6), plot=False)
+    assert rep.data["certified"] is True and "### Certified" in rep.markdown
+    assert rep.data["assumptions"]["neighbouring"] == "replace_one"
+    for row in rep.data["epsilon"]:
+        b = acc.get_epsilon_bounds(row["delta"])
+        assert (row["lower"], row["upper"]) == (b.lower, b.upper)
+    assert rep.data["epsilon"][0]["upper"] == tracker.last.eps_upper
+
+
+def test_a_log_whose_loader_was_shuffled_says_so_on_the_card(tmp_path):
+    """The tracker logged that a shuffled DataLoader fed training (its Poisson bounds not
+    certified for it, the loader's bracket beside them); the card said only "Sampler:
+    poisson" and "Certified", dropping that."""
+    import warnings
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+    log = tmp_path / "run.jsonl"
+    loader = DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=8, shuffle=True)
+    acc = PrivacyBucketsAccountant()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with BudgetTracker(acc, 1e-5, every_n_steps=1, every_epoch=False,
+                           sinks=[JSONLinesSink(log)]) as tracker:
+            tracker.check_loader(loader, noise_multiplier=1.0, sample_rate=0.125)
+            for _ in range(16):
+                acc.step(noise_multiplier=1.0, sample_rate=0.125)
+                tracker.on_step()
+    last = tracker.last
+    assert last.loader_sampler == "shuffle" and last.loader_eps_upper is not None
+    rep = privacy_report(str(log), deltas=(1e-5,), plot=False)
+    m = rep.data["loader_mismatch"]
+    assert m["loader_sampler"] == "shuffle" and m["eps_upper"] == last.loader_eps_upper
+    warning = [l for l in rep.markdown.splitlines() if l.startswith("- **Warning:**")]
+    assert len(warning) == 1 and "samples by shuffle" in warning[0]
+    assert "not certified for it" in warning[0] and "at delta=1e-05 after 16 steps" in warning[0]
+    json.dumps(rep.data, allow_nan=False)
+    # a log without a loader (or a matching one) has no such line
+    rep = privacy_report(str(write_log(tmp_path / "plain.jsonl", {})), plot=False)
+    assert "loader_mismatch" not in rep.data and "**Warning:**" not in rep.markdown

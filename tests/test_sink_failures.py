@@ -173,3 +173,33 @@ def test_csv_append_false_starts_afresh(tmp_path):
         lines = path.read_text().splitlines()
         assert lines[0].startswith("step,") and len(lines) == expected + 1
         assert sum(line.startswith("step,") for line in lines) == 1
+
+
+@pytest.mark.parametrize("sink_cls", [JSONLinesSink, CSVSink])
+def test_appending_after_a_cut_line_starts_a_new_line(tmp_path, sink_cls):
+    """A file left ending in a cut line (an OS crash without fsync, another writer): the
+    resumed run's first record was glued to it, so that record was lost too."""
+    path = tmp_path / ("log.jsonl" if sink_cls is JSONLinesSink else "log.csv")
+    acc = PrivacyBucketsAccountant()
+    with sink_cls(path) as sink:
+        tracker = BudgetTracker(acc, DELTA, every_n_steps=1, sinks=[sink])
+        acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+        tracker.on_step()
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"step": 2, "ep')          # the cut line
+    with sink_cls(path) as sink:
+        tracker = BudgetTracker(acc, DELTA, every_n_steps=1, sinks=[sink])
+        acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+        tracker.on_step()
+        acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+        tracker.on_step()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    assert lines[-4] == b'{"step": 2, "ep'                # left as it was, on its own
+    if sink_cls is JSONLinesSink:
+        assert [json.loads(x)["step"] for x in lines[-3:-1]] == [2, 3]
+    else:
+        assert [x.split(b",")[0] for x in lines[-3:-1]] == [b"2", b"3"]
+    with sink_cls(path) as sink:                          # a whole file: no blank line
+        sink.write(tracker.records[-1])
+    assert b"\n\n" not in path.read_bytes()

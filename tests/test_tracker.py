@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -127,7 +128,10 @@ def test_logging_sink_uses_the_pb_accountant_logger(caplog):
     assert records[-1].levelno == logging.INFO
     msg = records[-1].getMessage()
     assert "step 2" in msg and "delta=1e-05" in msg and "noise_multiplier=1" in msg
-    assert f"{tracker.records[-1].eps_upper:.6g}" in msg
+    from decimal import Decimal
+    shown = re.search(r"epsilon in \[(\S+), (\S+)\]", msg)
+    assert Decimal(shown.group(1)) <= Decimal(tracker.records[-1].eps_lower)
+    assert Decimal(shown.group(2)) >= Decimal(tracker.records[-1].eps_upper)
     assert records[-1].budget["eps_lower"] == tracker.records[-1].eps_lower
     assert logging.getLogger("pb_accountant").handlers == []          # nothing installed
     caplog.clear()
@@ -182,6 +186,79 @@ def train(torch, model, optimizer, loader, tracker, epochs):
             torch.nn.functional.cross_entropy(model(xb), yb).backward()
             optimizer.step()
         tracker.on_epoch_end(epoch)
+
+
+def _record(lower, upper, **kw):
+    return BudgetRecord(step=kw.pop("step", 1), epoch=0, delta=DELTA, eps_lower=lower,
+                        eps_upper=upper, noise_multiplier=SIGMA, sample_rate=Q, **kw)
+
+
+def test_logging_sink_rounds_the_bounds_outward(caplog):
+    # 0.27173794242660726 to nearest at 6 digits is 0.271738 (above); these are not:
+    lower, upper = 1.2345649, 1.2345641          # nearest: 1.23456 and 1.23456
+    with caplog.at_level(logging.INFO, logger="pb_accountant"):
+        LoggingSink().write(_record(lower, upper))
+    (rec,) = [r for r in caplog.records if r.name == "pb_accountant"]
+    assert "epsilon in [1.23456, 1.23457] at delta=1e-05" in rec.getMessage()
+    text = _record(0.1, 0.2, sampler="poisson", loader_sampler="shuffle",
+                   loader_eps_lower=1.2345649, loader_eps_upper=1.2345641,
+                   loader_neighbouring="replace_special").assumption_text()
+    assert "epsilon in [1.23456, 1.23457]" in text
+
+
+class _FakeWriter:
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, global_step=None):
+        self.scalars[tag] = value
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("lower,upper", [(0.27173794242660726, 0.27173794242660726),
+                                         (0.2251650927311461, 0.3036876112501946),
+                                         (1e-50, 1e-50), (1e38, 1e39), (0.0, math.inf)])
+def test_tensorboard_bounds_are_rounded_outward_to_float32(lower, upper):
+    import numpy as np
+    from pb_accountant.integrations import TensorBoardSink
+    writer = _FakeWriter()
+    TensorBoardSink(writer=writer).write(_record(
+        lower, upper, loader_sampler="shuffle", loader_eps_lower=lower,
+        loader_eps_upper=upper, loader_neighbouring="replace_special"))
+    for prefix in ("privacy/", "privacy/shuffle/"):
+        lo = writer.scalars[prefix + "epsilon_lower"]
+        assert float(np.float32(lo)) == lo and lo <= lower           # what float32 keeps
+        up = writer.scalars.get(prefix + "epsilon_upper")
+        if up is None:                                  # beyond float32: not plotted
+            with np.errstate(over="ignore"):
+                assert float(np.float32(upper)) == math.inf
+        else:
+            assert float(np.float32(up)) == up and up >= upper
+    assert writer.scalars["privacy/sample_rate"] == Q               # not a bound: as is
+
+
+def test_tensorboard_event_file_never_shows_an_upper_bound_below_itself(tmp_path):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("torch")
+    from pb_accountant.integrations import TensorBoardSink
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = PrivacyBucketsAccountant()
+    tracker = BudgetTracker(acc, DELTA, every_n_steps=5, every_epoch=False,
+                            sinks=[TensorBoardSink(tmp_path / "tb ü")])
+    for _ in range(20):
+        acc.step(noise_multiplier=1.1, sample_rate=0.01)
+        tracker.on_step()
+    tracker.close()
+    events = EventAccumulator(str(tmp_path / "tb ü"))
+    events.Reload()
+    upper = events.Scalars("privacy/epsilon_upper")
+    lower = events.Scalars("privacy/epsilon_lower")
+    assert [e.step for e in upper] == [r.step for r in tracker.records] == [5, 10, 15, 20]
+    for e_up, e_lo, rec in zip(upper, lower, tracker.records):
+        # (step 10's 0.27173794242660726 was stored as 0.2717379331588745 before)
+        assert e_lo.value <= rec.eps_lower <= rec.eps_upper <= e_up.value
 
 
 def test_tensorboard_event_files_hold_the_scalars(tmp_path):

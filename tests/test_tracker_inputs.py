@@ -197,3 +197,36 @@ def test_steps_taken_reads_whole_counts_only():
                            ([(1.0, 0.1, "3")], None), ([(1.0, 0.1)], None), ([], 0)):
         acc.history = history
         assert steps_taken(acc) == steps, history
+
+
+class _BrokenAccountant:
+    """An Opacus-style accountant whose get_epsilon answers something that is not an
+    epsilon (a PRV grid gone wrong, a third-party accountant's bug)."""
+
+    def __init__(self, value):
+        self.value = value
+        self.history = []
+
+    def step(self, *, noise_multiplier, sample_rate):
+        self.history.append((noise_multiplier, sample_rate, 1))
+
+    def get_epsilon(self, delta):
+        return self.value
+
+
+@pytest.mark.parametrize("value", [math.nan, -0.5])
+def test_a_nan_or_negative_epsilon_is_never_recorded(tmp_path, value):
+    """It was recorded (and written: "nan" in the JSON lines, which the report then
+    refused); it is now the valid bound inf, with a note."""
+    import json
+    from pb_accountant.integrations import JSONLinesSink
+    from pb_accountant.integrations._common import epsilon_after
+    acc = _BrokenAccountant(value)
+    t = BudgetTracker(acc, DELTA, every_n_steps=1, sinks=[JSONLinesSink(tmp_path / "b.jsonl")])
+    acc.step(noise_multiplier=SIGMA, sample_rate=Q)
+    rec = t.on_step()
+    assert (rec.eps_lower, rec.eps_upper) == (0.0, math.inf)
+    line = json.loads((tmp_path / "b.jsonl").read_text())
+    assert line["eps_upper"] == "inf"
+    after = epsilon_after(acc, DELTA, SIGMA, Q, 3)
+    assert after.upper == math.inf and "not an epsilon" in after.notes[-1]
