@@ -38,6 +38,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import pb_accountant  # noqa: F401  (registers the "pb" accountant with Opacus)
+from pb_accountant.results import bound_text
 from pb_accountant.integrations import BudgetExceededError, BudgetGuard, BudgetTracker, TensorBoardSink
 from opacus import PrivacyEngine
 
@@ -90,7 +91,8 @@ def train(args, logdir: Path):
                 acc = (model(x).argmax(1) == y).float().mean().item()
             last = tracker.last
             print(f"epoch {epoch}: {last.step} steps, train acc {acc:.3f}, "
-                  f"epsilon in [{last.eps_lower:.4f}, {last.eps_upper:.4f}]")
+                  f"epsilon in [{bound_text(last.eps_lower, False, 4)}, "
+                  f"{bound_text(last.eps_upper, True, 4)}]")
             tracker.on_epoch_end(epoch)
     except BudgetExceededError as exc:
         stopped = exc
@@ -128,7 +130,7 @@ def plot(logdir: Path, out: Path, args, stopped) -> None:
     if stopped is not None:
         ax.axvline(steps[-1], color="gray", lw=0.8)
         ax.annotate(f"guard stops before step {steps[-1] + 1}\n"
-                    f"(would reach {stopped.epsilon:.4f})",
+                    f"(would reach {bound_text(stopped.epsilon, True, 4)})",
                     xy=(steps[-1], up[-1]), xytext=(0.55, 0.25), textcoords="axes fraction",
                     arrowprops={"arrowstyle": "->", "color": "gray"}, fontsize=8)
     ax.set_ylabel(r"$\varepsilon$ at $\delta$ = " + f"{args.delta:g}")

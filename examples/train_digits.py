@@ -41,6 +41,7 @@ except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import pb_accountant  # noqa: F401
 
+from pb_accountant.results import bound_text  # noqa: E402
 from pb_accountant.integrations import BudgetGuard, BudgetTracker, CSVSink, TensorBoardSink  # noqa: E402
 from opacus import PrivacyEngine
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -171,8 +172,8 @@ def main(argv=None) -> int:
         history = engine.accountant.history
         prv = replay(PRVAccountant, history, args.delta)
         rdp = replay(RDPAccountant, history, args.delta)
-        row = (f"{epoch:>12d}", f"{acc:>12.4f}", f"{bounds.lower:>12.6f}",
-               f"{bounds.upper:>12.6f}", f"{prv:>12.6f}", f"{rdp:>12.6f}", f"{pb_time:>12.3f}")
+        row = (f"{epoch:>12d}", f"{acc:>12.4f}", f"{bound_text(bounds.lower, False):>12}",
+               f"{bound_text(bounds.upper, True):>12}", f"{prv:>12.6f}", f"{rdp:>12.6f}", f"{pb_time:>12.3f}")
         print("  ".join(row), flush=True)
     elapsed = time.perf_counter() - start
 
@@ -183,7 +184,8 @@ def main(argv=None) -> int:
     print(f"budget log: {args.budget_csv} ({len(tracker.records)} records)")
     print(f"\n{steps} DP-SGD steps in {elapsed:.1f} s (pb accounting {pb_total:.2f} s); "
           f"history {engine.accountant.history}")
-    print(f"certified: ({bounds.lower:.6f} <= eps <= {bounds.upper:.6f}, delta={args.delta:g})"
+    print(f"certified: ({bound_text(bounds.lower, False)} <= eps <= "
+          f"{bound_text(bounds.upper, True)}, delta={args.delta:g})"
           f"; relative width {bounds.width:.2e}")
     for note in bounds.notes:
         print(f"note: {note}")

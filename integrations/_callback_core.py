@@ -9,6 +9,7 @@ from pb_accountant._validation import check_count, check_delta, check_flag, chec
 from ._common import (BudgetStateError, accountant_state, 
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       restore_accountant, schedule_in_force, steps_taken)
+from ._cli_render import exact, up
 from .guard import BudgetGuard
 from .sampling import check_sample_rate
 from .sinks import BudgetRecord
@@ -145,8 +146,9 @@ class BudgetMonitor:
             ahead = self.last_lookahead
             bound = None if ahead is None else ahead.upper
             self.stop_reason = (
-                f"stopping: one more step would exceed max_epsilon={self.max_epsilon:g} at "
-                f"delta={self.delta:g}" + ("" if bound is None else f" (eps_upper {bound:.6g}")
+                f"stopping: one more step would exceed max_epsilon={exact(self.max_epsilon)} "
+                f"at delta={exact(self.delta)}" + ("" if bound is None
+                                                   else f" (eps_upper {up(bound)}")
                 + f"{' (' if bound is None else ', '}{self.guard.assumption_text()})")
             if record is None:
                 record = self._record("stop", step, epoch)

@@ -51,6 +51,7 @@ from pb_accountant.results import EpsilonBounds
 from ._common import (accumulated_iterations, epsilon_after,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       schedule_in_force, steps_taken)
+from ._cli_render import exact, up
 from .sampling import accountant_assumptions, sampler_check
 from .sampling import check_sample_rate as warn_on_sample_rate
 
@@ -458,7 +459,8 @@ class BudgetGuard:
         if self.every_n_steps is not None and self.lookahead:
             span = f" (checked {max(k, self.every_n_steps)} steps ahead, every_n_steps)"
         message = (f"privacy budget exceeded: the next step would take the certified epsilon "
-                   f"({self.assumption_text()}) to {bounds.upper:.6g} > max_epsilon={self.max_epsilon:g} at delta={self.delta:g}"
+                   f"({self.assumption_text()}) to {up(bounds.upper)} > max_epsilon="
+                   f"{exact(self.max_epsilon)} at delta={exact(self.delta)}"
                    + span + ("" if steps is None else f" after {steps} steps")
                    + "; the step was not taken")
         if math.isinf(bounds.upper) and bounds.notes:

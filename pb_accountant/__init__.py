@@ -4,7 +4,7 @@ from .calibration import NoiseCalibration, StepsCalibration, find_noise_multipli
 from .engine import PrivacyBuckets, compose, epsilon_bounds
 from .mechanisms import (DiscretePair, Gaussian, Laplace, MechanismPair, RandomizedResponse,
                          SubsampledGaussian)
-from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve
+from .results import DeltaBounds, EpsilonBounds, GridInfo, PrivacyCurve, bound_text
 from .samplers import NEIGHBOURING, SAMPLERS
 
 __all__ = ["PrivacyBucketsAccountant", "compose", "epsilon_bounds", "PrivacyBuckets", "MechanismPair", "SubsampledGaussian", "Gaussian",
@@ -15,7 +15,7 @@ from ._version import __version__
 from .subsampled_laplace import SubsampledLaplace
 from .tradeoff import TradeoffBounds, tradeoff_bounds
 
-__all__ += ["SubsampledLaplace", "TradeoffBounds", "tradeoff_bounds"]
+__all__ += ["SubsampledLaplace", "TradeoffBounds", "tradeoff_bounds", "bound_text"]
 
 from . import _opacus_hook as _hook
 

@@ -6,7 +6,9 @@ only certifies an upper bound) carries the trivially valid lower bound 0.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Optional, Tuple
 
 import numpy as np
@@ -90,3 +92,15 @@ class PrivacyCurve:
     #: how batches were formed and which neighbouring relation the bounds assume
     sampler: str = "poisson"
     neighbouring: str = "add_remove"
+
+
+def bound_text(value: float, upper: bool, decimals: int = 6) -> str:
+    """``value`` with ``decimals`` digits after the point, rounded outward (up for an
+    upper bound, down for a lower one), so that the text is still a bound: rounded to
+    the nearest, 4.0040953 shows as 4.004095, below the upper bound it is."""
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    step = Decimal(1).scaleb(-int(decimals))
+    text = str(Decimal(value).quantize(step, rounding=ROUND_CEILING if upper else ROUND_FLOOR))
+    return "0" + text[2:] if text.startswith("-0") and Decimal(text) == 0 else text
