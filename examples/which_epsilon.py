@@ -34,7 +34,7 @@ try:
 except ImportError:  # a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pb_accountant import PrivacyBucketsAccountant
+from pb_accountant import PrivacyBucketsAccountant, bound_text
 
 REPO = Path(__file__).resolve().parents[1]
 DELTA = 1e-5
@@ -75,8 +75,8 @@ def table(settings, datasets) -> str:
             cells = []
             for s, r in COLUMNS:
                 b = bounds(s, r, n, BATCH, sigma, epochs)
-                cells.append(f"[{math.floor(b.lower * 100) / 100:.2f}, "
-                             f"{math.ceil(b.upper * 100) / 100:.2f}]")
+                cells.append(f"[{bound_text(b.lower, False, 2)}, "
+                             f"{bound_text(b.upper, True, 2)}]")
             rows.append(f"| {name} | {sigma:g} | {epochs} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

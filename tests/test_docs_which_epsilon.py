@@ -6,11 +6,12 @@ cube lower bound is checked against the certified max-of-batches lower bound (sa
 statistic: agreement to a relative 5e-3).
 """
 import importlib.util
-import math
 import re
 from pathlib import Path
 
 import pytest
+
+from pb_accountant import bound_text
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "which-epsilon.md"
@@ -57,8 +58,8 @@ def test_side_by_side_cells(row):
         b = ex.bounds(sampler, relation, n, ex.BATCH, float(sigma), int(epochs))
         assert b.sampler == sampler and b.neighbouring == relation
         # quoted: lower rounded down, upper rounded up, to two decimals
-        assert float(lo_txt) == math.floor(b.lower * 100) / 100, (sampler, relation)
-        assert float(up_txt) == math.ceil(b.upper * 100) / 100, (sampler, relation)
+        assert lo_txt == bound_text(b.lower, False, 2), (sampler, relation)
+        assert up_txt == bound_text(b.upper, True, 2), (sampler, relation)
         assert float(lo_txt) <= b.lower <= b.upper <= float(up_txt)
 
 
