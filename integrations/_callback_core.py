@@ -6,7 +6,7 @@ from typing import Any, Iterable, List, Optional
 
 from pb_accountant._validation import check_count, check_delta, check_flag, check_real
 
-from ._common import (BudgetStateError, accountant_state, 
+from ._common import (BudgetStateError, accountant_state, hook_records_into,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       restore_accountant, schedule_in_force, steps_taken)
 from ._cli_render import exact, up
@@ -46,6 +46,10 @@ class BudgetMonitor:
                                      sinks=list(sinks) if sinks is not None else [])
         self.noise_multiplier = noise_multiplier
         self.sample_rate = sample_rate
+        # batches per optimisation step (the framework's gradient accumulation, set by
+        # the callbacks): a step over k batches has sample rate k * sample_rate, as
+        # Opacus's accounting hook records it
+        self.accumulation = 1
         self.guard_optimizer = guard_optimizer
         self.guard: Optional[BudgetGuard] = None
         self.optimizer = None
@@ -64,13 +68,23 @@ class BudgetMonitor:
     def records(self) -> List[BudgetRecord]:
         return self.tracker.records
 
-    def setup(self, optimizers: Iterable[Any], data_loader: Any = None) -> None:
-        """Find the DPOptimizer, settle the sample rate, check it, attach the guard."""
+    def setup(self, optimizers: Iterable[Any], data_loader: Any = None,
+              account_steps: bool = False) -> None:
+        """Find the DPOptimizer, settle the sample rate, check it, attach the guard.
+
+        ValueError (before anything changes) when ``account_steps`` is set but the
+        optimizer's own accounting hook already records every step into this accountant:
+        each step would be counted twice."""
         opt = None
         for candidate in optimizers or []:
             opt = find_dp_optimizer(candidate)
             if opt is not None:
                 break
+        if account_steps and opt is not None and hook_records_into(opt, self.accountant):
+            raise ValueError(
+                "account_steps=True, but the optimizer's accounting hook (installed by "
+                "PrivacyEngine.make_private) already records every step into this "
+                "accountant: each step would be counted twice; pass account_steps=False")
         self.optimizer = opt
         if self.noise_multiplier is None and opt is not None:
             self.noise_multiplier = float(opt.noise_multiplier)
@@ -102,6 +116,10 @@ class BudgetMonitor:
         last_sigma, last_q = schedule_in_force(self.accountant)
         if self.optimizer is not None:
             sigma = float(self.optimizer.noise_multiplier)   # schedulers may change it
+        if q is not None and self.accumulation > 1:
+            # the next step accumulates this many batches (the last of an epoch may have
+            # fewer: the look-ahead errs on the side of stopping; a rate is at most 1)
+            q = min(1.0, q * self.accumulation)
         return (last_sigma if sigma is None else sigma), (last_q if q is None else q)
 
     def next_step_exceeds(self) -> bool:
@@ -120,11 +138,15 @@ class BudgetMonitor:
         return True
 
     def account(self, accumulated: int = 1) -> None:
-        """Step the accountant (for loops whose optimizer does not account)."""
+        """Step the accountant (for loops whose optimizer does not account) with one
+        step over ``accumulated`` batches: sample rate ``accumulated * sample_rate``
+        (Opacus's convention: ``sample_rate`` is one batch's)."""
         sigma, q = self._pending()
         if sigma is None or q is None:
             raise ValueError("account_steps=True needs noise_multiplier= and sample_rate=")
-        self.accountant.step(noise_multiplier=sigma, sample_rate=q * accumulated)
+        if self.sample_rate is not None:
+            q = self.sample_rate * accumulated
+        self.accountant.step(noise_multiplier=sigma, sample_rate=q)
 
     def after_step(self, epoch: Optional[int]) -> tuple:
         """(record or None, stop?) after an optimisation step."""

@@ -19,7 +19,8 @@ from pb_accountant.results import EpsilonBounds
 
 __all__ = ["resolve_accountant", "steps_taken", "schedule_in_force", "epsilon_bounds",
            "epsilon_after", "find_dp_optimizer", "infer_sample_rate", "json_float",
-           "accountant_state", "restore_accountant", "BudgetStateError"]
+           "accountant_state", "restore_accountant", "BudgetStateError",
+           "hook_records_into"]
 
 # Argument checks live in pb_accountant/_validation.py (one home for every layer).
 
@@ -249,6 +250,26 @@ def _hook_sample_rate(hook: Any) -> Optional[float]:
             return float(rate)
         hook = getattr(hook, "_pb_wrapped", None)
     return None
+
+
+def hook_records_into(optimizer: Any, accountant: Any) -> bool:
+    """Whether ``optimizer.step_hook`` (or a hook it wraps: a tracker's) steps
+    ``accountant``: Opacus's ``get_optimizer_hook_fn`` closes over the accountant as
+    ``self``, a tracker's hook that accounts over the tracker."""
+    hook, seen = getattr(optimizer, "step_hook", None), set()
+    while hook is not None and id(hook) not in seen:
+        seen.add(id(hook))
+        try:
+            owner = inspect.getclosurevars(hook).nonlocals.get("self")
+        except (TypeError, ValueError):
+            owner = None
+        if owner is accountant:
+            return True
+        if (owner is not None and getattr(owner, "_account", False)
+                and getattr(owner, "accountant", None) is accountant):
+            return True                      # a BudgetTracker that steps it
+        hook = getattr(hook, "_pb_wrapped", None)
+    return False
 
 
 def infer_sample_rate(*, sample_rate: Optional[float] = None, optimizer: Any = None,

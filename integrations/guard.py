@@ -580,10 +580,21 @@ class BudgetGuard:
             if skip is not None and skip(pop_next=False):
                 original(*args, **kwargs)   # a skipped (accumulating) step costs no privacy
                 return loss
-            allowed = guard.check(noise_multiplier=float(opt.noise_multiplier),
-                                  sample_rate=q * accumulated_iterations(opt, first_param))
+            try:
+                allowed = guard.check(noise_multiplier=float(opt.noise_multiplier),
+                                      sample_rate=q * accumulated_iterations(opt, first_param))
+            except BudgetExceededError:
+                # under a BatchMemoryManager, a loop that catches the error and goes on
+                # must not read the next physical batches against this batch's skip flag
+                # nor carry its summed gradients into the next logical batch; a step
+                # without accumulated physical batches stays as it was (retryable)
+                if getattr(opt, "_is_last_step_skipped", False) is True:
+                    _discard_step(opt)
+                elif getattr(opt, "_step_skip_queue", None):
+                    opt._check_skip_next_step(pop_next=True)
+                raise
             if not allowed:
-                opt.zero_grad(set_to_none=True)   # discard the refused step's gradients
+                _discard_step(opt)                # the refused step's gradients, all of it
                 return None
             result = original(*args, **kwargs)
             return loss if loss is not None else result
@@ -606,3 +617,22 @@ class BudgetGuard:
                 del opt.step
         self._optimizer = self._original_step = None
         self._opt_sample_rate = None
+
+
+def _discard_step(opt: Any) -> None:
+    """Drop a refused step as if it had been taken without an update.
+
+    Opacus's ``pre_step`` pops the step's entry from the skip queue that
+    ``BatchMemoryManager`` fills (one entry per physical batch); a refused step must pop
+    it too, or every later physical batch is read against the entry of an earlier one:
+    logical steps end at the wrong batches (mixing two Poisson batches into one noised
+    step) and every physical batch counts as a refused step.  The gradients accumulated
+    over the logical batch (``summed_grad``, kept by ``zero_grad`` after a skipped
+    physical batch) are discarded with the per-sample ones.
+    """
+    pop = getattr(opt, "_check_skip_next_step", None)
+    if pop is not None:
+        pop(pop_next=True)
+    if hasattr(opt, "_is_last_step_skipped"):
+        opt._is_last_step_skipped = False     # so that zero_grad clears summed_grad too
+    opt.zero_grad(set_to_none=True)

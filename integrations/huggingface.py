@@ -81,7 +81,9 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
     ``resume_from``: a checkpoint folder (or a state file) to restore the budget
     from when the Trainer resumes; default: ``args.output_dir/checkpoint-<global_step>``.
     ``name``: names the state file (letters, digits, '.', '_', '-'); default: derived
-    from ``delta`` and ``max_epsilon``.
+    from ``delta`` and ``max_epsilon``.  ``sample_rate`` is one batch's: with
+    ``gradient_accumulation_steps`` a step over k micro-batches is accounted (and
+    looked ahead at) k times it, as Opacus does.
     """
 
     def __init__(self, accountant: Any, delta: float, max_epsilon: Optional[float] = None,
@@ -100,6 +102,7 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
         self.account_steps = account_steps
         self.clear_dp_gradients = clear_dp_gradients
         self._pending_log = None
+        self._substeps = 0             # accumulated micro-batches of the current step
         self.resume_from = None if resume_from is None else os.fspath(resume_from)
 
     # -- checkpoints -------------------------------------------------------------------
@@ -199,8 +202,13 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
             if isinstance(steps, float) and steps < 1:      # a ratio of the total steps
                 steps = max(1, int(round(steps * max(state.max_steps, 1))))
             self.monitor.log_every_n_steps = int(steps)
+        accumulate = getattr(args, "gradient_accumulation_steps", 1)
+        self.monitor.accumulation = (accumulate if isinstance(accumulate, int)
+                                     and not isinstance(accumulate, bool) and accumulate > 1
+                                     else 1)
+        self._substeps = 0
         self.monitor.setup([optimizer] if optimizer is not None else [],
-                           data_loader=train_dataloader)
+                           data_loader=train_dataloader, account_steps=self.account_steps)
         if self.monitor.next_step_exceeds():
             self.monitor.stopped = True
             self.monitor.stop_reason = "stopping before the first step: it would exceed the budget"
@@ -212,9 +220,14 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
             self.monitor.optimizer.zero_grad(set_to_none=True)
         return control
 
+    def on_substep_end(self, args, state, control, **kw):
+        self._substeps += 1            # a micro-batch accumulated into the next step
+        return control
+
     def on_step_end(self, args, state, control, **kw):
+        accumulated, self._substeps = self._substeps + 1, 0
         if self.account_steps:
-            self.monitor.account()
+            self.monitor.account(accumulated)       # a step over all its micro-batches
         record, stop = self.monitor.after_step(self._epoch(state))
         self._publish(state, record)
         if stop or (self.monitor.guard is not None and self.monitor.guard.should_stop):

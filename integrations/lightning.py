@@ -62,7 +62,9 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
         log_on_epoch_end: also log at every training epoch end.
         prog_bar: show the bounds in the progress bar.
         sinks: extra sinks (CSV, JSON lines, TensorBoard, logging) for the records.
-        noise_multiplier, sample_rate: the schedule, when no ``DPOptimizer`` tells it.
+        noise_multiplier, sample_rate: the schedule, when no ``DPOptimizer`` tells it
+            (``sample_rate``: one batch's; a step over ``accumulate_grad_batches``
+            batches is accounted at that many times it, as Opacus does).
         guard_optimizer: attach the hard-stop guard to a ``DPOptimizer``.
         account_steps: step the accountant from the callback (for loops whose
             optimizer does not account, e.g. noise added by hand).
@@ -86,6 +88,7 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
         self.prog_bar = prog_bar
         self.account_steps = account_steps
         self._last_global_step = None
+        self._batches = 0              # batches since the last optimisation step
 
     def _log(self, trainer, pl_module, record, on_step: bool) -> None:
         """The record's values, at the record's step, straight to the loggers.
@@ -147,22 +150,35 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
         """Called by Lightning when resuming: restores the accountant first."""
         self.monitor.load_state_dict(state_dict)
 
+    def _read_accumulation(self, trainer) -> None:
+        """Batches per optimisation step, for the look-ahead's next step."""
+        accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+        self.monitor.accumulation = (accumulate if isinstance(accumulate, int)
+                                     and not isinstance(accumulate, bool) and accumulate > 1
+                                     else 1)
+
     # -- hooks -------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         self.monitor.check_resume(trainer.global_step, "the Lightning checkpoint")
-        self.monitor.setup(list(trainer.optimizers), data_loader=trainer.train_dataloader)
+        self._read_accumulation(trainer)
+        self.monitor.setup(list(trainer.optimizers), data_loader=trainer.train_dataloader,
+                           account_steps=self.account_steps)
         self._last_global_step = trainer.global_step
+        self._batches = 0
         if self.monitor.next_step_exceeds():
             self.monitor.stopped = True
             self.monitor.stop_reason = "stopping before the first step: it would exceed the budget"
             trainer.should_stop = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._batches += 1
         if trainer.global_step == self._last_global_step:
             return        # gradient accumulation: no optimisation step in this batch
         self._last_global_step = trainer.global_step
+        accumulated, self._batches = self._batches, 0
         if self.account_steps:
-            self.monitor.account()
+            self.monitor.account(accumulated)       # a step over all its batches
+        self._read_accumulation(trainer)            # (a GradientAccumulationScheduler)
         record, stop = self.monitor.after_step(trainer.current_epoch)
         self._log(trainer, pl_module, record, on_step=True)
         if stop:

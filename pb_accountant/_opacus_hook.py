@@ -9,7 +9,12 @@ Registration also wraps Opacus's ``get_noise_multiplier`` (and the name
 if the epsilon curve jumps across its tolerance window.  The search returns a sigma
 whose *certified* epsilon is <= the target, or raises a ValueError saying why no sigma
 can be certified; the search is ``pb_accountant.calibration.find_noise_multiplier``.
-Other accountants go to Opacus's own function unchanged.
+Other accountants go to Opacus's own function unchanged.  ``make_private_with_epsilon``
+is wrapped too, so that with a ``PrivacyBucketsAccountant`` the search calibrates for
+that accountant (its sampler, neighbouring relation, sizes and engine options) and, with
+Poisson sampling, for what ``make_private`` will record: steps at 1/len(DPDataLoader),
+len(DPDataLoader) of them per epoch (one fewer than the original loader's batches where
+1 / fl(1/n) < n, opacus issue #813).
 
 It also wraps ``PrivacyEngine.make_private`` (detection only, issue 13): with
 ``accountant="pb"`` the loader it returns is compared with the accountant's sampler
@@ -21,6 +26,7 @@ callbacks.
 """
 from __future__ import annotations
 
+import contextvars
 import importlib.abc
 import importlib.machinery
 import math
@@ -64,6 +70,7 @@ def _wrap_make_private(module=None) -> bool:
     if original is None:
         return False
     if getattr(original, "_pb_wrapped", False):
+        _wrap_make_private_with_epsilon(engine_cls)
         return True
 
     def make_private(self, *args, **kwargs):
@@ -80,7 +87,44 @@ def _wrap_make_private(module=None) -> bool:
     make_private.__wrapped__ = original
     make_private.__doc__ = original.__doc__
     engine_cls.make_private = make_private
+    _wrap_make_private_with_epsilon(engine_cls)
     return True
+
+
+#: the PrivacyBucketsAccountant whose make_private_with_epsilon is calibrating (read by
+#: the wrapped get_noise_multiplier, which Opacus calls with the mechanism name only)
+_CALIBRATING = contextvars.ContextVar("pb_accountant_calibrating", default=None)
+
+
+def _wrap_make_private_with_epsilon(engine_cls) -> None:
+    """Wrap ``PrivacyEngine.make_private_with_epsilon`` once: with a
+    ``PrivacyBucketsAccountant`` the noise is calibrated for *that* accountant (its
+    sampler, neighbouring relation, sizes and engine options), not for a default one:
+    a shuffle or fixed-size accountant's epsilon after the planned epochs would
+    otherwise exceed the target (Opacus passes get_noise_multiplier only "pb")."""
+    original = getattr(engine_cls, "make_private_with_epsilon", None)
+    if original is None or getattr(original, "_pb_wrapped", False):
+        return
+    from .accountant import PrivacyBucketsAccountant
+
+    def make_private_with_epsilon(self, *args, **kwargs):
+        accountant = getattr(self, "accountant", None)
+        if not isinstance(accountant, PrivacyBucketsAccountant):
+            return original(self, *args, **kwargs)
+        # Poisson sampling (the default): make_private replaces the loader by a
+        # DPDataLoader of int(1 / (1 / len(loader))) batches and accounts each step at
+        # 1 / that length, which is len(loader) - 1 where 1 / fl(1 / n) < n (n = 93,
+        # ...; opacus issue #813): the search is told what will be recorded
+        token = _CALIBRATING.set((accountant, bool(kwargs.get("poisson_sampling", True))))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _CALIBRATING.reset(token)
+
+    make_private_with_epsilon._pb_wrapped = True
+    make_private_with_epsilon.__wrapped__ = original
+    make_private_with_epsilon.__doc__ = original.__doc__
+    engine_cls.make_private_with_epsilon = make_private_with_epsilon
 
 
 def _check_loader(engine, result, kwargs) -> None:
@@ -111,7 +155,7 @@ _MAX_EVALUATIONS = 120
 def calibrated_noise_multiplier(*, target_epsilon: float, target_delta: float,
                                 sample_rate: float, steps: int,
                                 epsilon_tolerance: float = 0.01,
-                                max_sigma: float = 1e6) -> float:
+                                max_sigma: float = 1e6, accountant=None) -> float:
     """A sigma whose certified epsilon after ``steps`` steps is <= ``target_epsilon``
     and within ``epsilon_tolerance`` of it (or the smallest to a relative 1e-6).
 
@@ -119,13 +163,20 @@ def calibrated_noise_multiplier(*, target_epsilon: float, target_delta: float,
     package's one noise search: every sigma returned was evaluated and certified, and
     the search ends in bounded time.  ValueError ("The privacy budget is too low ...
     cannot be certified: why") when no sigma up to ``max_sigma`` certifies the target.
+    ``accountant``: the ``PrivacyBucketsAccountant`` that will report the run (its
+    sampler, neighbouring relation, sizes and engine options are calibrated for);
+    default: a default one (Poisson, add/remove).
     """
     from ._validation import MAX_NOISE, MIN_NOISE, check_delta
     from .calibration import MIN_RELATIVE_TOLERANCE, find_noise_multiplier
 
     target_delta = check_delta(target_delta, "target_delta")     # Opacus's name
+    setup = {}
+    if accountant is not None:
+        from .accountant import _options_dict
+        setup = dict(accountant.assumptions, options=_options_dict(accountant.options))
     result = find_noise_multiplier(
-        target_epsilon, target_delta, sample_rate, steps, tol=MIN_RELATIVE_TOLERANCE,
+        target_epsilon, target_delta, sample_rate, steps, tol=MIN_RELATIVE_TOLERANCE, **setup,
         max_evaluations=_MAX_EVALUATIONS, min_noise_multiplier=MIN_NOISE,
         max_noise_multiplier=min(max(float(max_sigma), MIN_NOISE), MAX_NOISE),
         epsilon_tolerance=epsilon_tolerance)
@@ -159,6 +210,7 @@ def _wrap_get_noise_multiplier() -> None:
         if (steps is None) == (epochs is None):
             raise ValueError("get_noise_multiplier takes as input EITHER a number of steps "
                              "or a number of epochs")
+        calibrating, poisson = _CALIBRATING.get() or (None, False)
         if steps is None:
             # checked here, before the division (0, inf, NaN and strings would raise
             # ZeroDivisionError, OverflowError or a ValueError naming no parameter)
@@ -171,7 +223,12 @@ def _wrap_get_noise_multiplier() -> None:
                 raise ValueError(f"epochs / sample_rate must give 1 to {MAX_STEPS} steps, "
                                  f"got epochs={epochs!r} / sample_rate={sample_rate!r} = "
                                  f"{total!r}")
-            steps = steps_of_epochs(epochs, sample_rate)
+            if poisson:
+                # (make_private_with_epsilon with Poisson sampling: what it will record)
+                sample_rate, per_epoch = poisson_accounting(sample_rate)
+                steps = max(1, math.ceil(Fraction(epochs) * per_epoch))
+            else:
+                steps = steps_of_epochs(epochs, sample_rate)
             if steps > MAX_STEPS:
                 raise ValueError(f"epochs / sample_rate must give 1 to {MAX_STEPS} steps, "
                                  f"got epochs={epochs!r} / sample_rate={sample_rate!r}: "
@@ -179,7 +236,7 @@ def _wrap_get_noise_multiplier() -> None:
         return calibrated_noise_multiplier(
             target_epsilon=target_epsilon, target_delta=target_delta,
             sample_rate=sample_rate, steps=steps, epsilon_tolerance=epsilon_tolerance,
-            max_sigma=getattr(utils, "MAX_SIGMA", 1e6))
+            max_sigma=getattr(utils, "MAX_SIGMA", 1e6), accountant=calibrating)
 
     get_noise_multiplier._pb_wrapped = True
     get_noise_multiplier.__wrapped__ = original
@@ -190,6 +247,16 @@ def _wrap_get_noise_multiplier() -> None:
     engine = sys.modules.get("opacus.privacy_engine")
     if engine is not None and getattr(engine, "get_noise_multiplier", None) is original:
         engine.get_noise_multiplier = get_noise_multiplier
+
+
+def poisson_accounting(sample_rate: float):
+    """(the rate each step is accounted at, steps per epoch) of Opacus's Poisson run
+    whose loader make_private builds with ``sample_rate`` (= 1/len(original loader)): its
+    ``UniformWithReplacementSampler`` yields int(1 / sample_rate) batches per epoch
+    and ``make_private`` accounts 1/len(DPDataLoader) per step.  Where floating point
+    makes int(1 / fl(1/n)) = n - 1 (n = 93, 99, ...), that is n - 1 steps at 1/(n - 1)."""
+    per_epoch = max(1, int(1.0 / sample_rate))       # (sample_rate <= 1: >= 1 already)
+    return 1.0 / per_epoch, per_epoch
 
 
 def steps_of_epochs(epochs: float, sample_rate: float) -> int:

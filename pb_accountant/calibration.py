@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any, Callable, Optional, Tuple
 
 from ._validation import MAX_STEPS, check_count, check_delta, check_real
 from .accountant import ENGINE_LIMITS, PrivacyBucketsAccountant
@@ -114,7 +115,8 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
                           progress: Progress = None, sampler: str = "poisson",
                           neighbouring: str = "add_remove",
                           dataset_size: Optional[int] = None,
-                          batch_size: Optional[int] = None) -> NoiseCalibration:
+                          batch_size: Optional[int] = None,
+                          options: Optional[Mapping[str, Any]] = None) -> NoiseCalibration:
     """Smallest noise multiplier (to relative ``tol``) whose certified epsilon <= target.
 
     Brackets by factors of 2 from sigma = 1, then narrows [rejected, certified] by false
@@ -128,9 +130,22 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     calls it (pb_accountant/_opacus_hook.py).  ``progress(evaluations, text)`` is
     called after each evaluation.  ``sampler``, ``neighbouring``, ``dataset_size`` and
     ``batch_size`` are the accountant's (pb_accountant.samplers; for shuffle the upper
-    bound without amplification is what is calibrated).
+    bound without amplification is what is calibrated).  ``options``: the accountant's
+    engine options (``PrivacyBucketsAccountant(**options)``; default: the defaults), so
+    that the sigma is certified by the very accountant that will report the run.
     """
     assumptions = check_assumptions(sampler, neighbouring, dataset_size, batch_size).as_dict()
+    if options is not None:
+        if not isinstance(options, Mapping):
+            raise ValueError(f"options must be a mapping of PrivacyBucketsAccountant "
+                             f"options, got {options!r}")
+        from .accountant import _option_names
+        unknown = sorted(set(options) - set(_option_names()), key=repr)
+        if unknown:
+            raise ValueError(f"options has unknown engine option(s) {unknown!r}; the options "
+                             f"are {_option_names()!r} (the sampler is its own argument)")
+        PrivacyBucketsAccountant(**dict(options))      # invalid values raise here
+    setup = dict(assumptions, **dict(options or {}))    # the accountant that will report
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta(delta)
     q = check_real("sample_rate", sample_rate, low=0.0, high=1.0, low_open=True)
@@ -157,7 +172,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     def eps_up(sigma: float) -> float:
         nonlocal evaluations, last_reason
         evaluations += 1
-        acc = PrivacyBucketsAccountant(**assumptions)
+        acc = PrivacyBucketsAccountant(**setup)
         last_acc.clear()
         last_acc[sigma] = acc
         e, why = _upper(delta, sigma, q, steps, acc)
@@ -201,7 +216,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
         while hi is None:
             if math.isinf(e_lo):
                 floors.append(_certified_floor(delta, lo, q, steps,
-                                               last_acc.get(lo) or PrivacyBucketsAccountant(**assumptions)))
+                                               last_acc.get(lo) or PrivacyBucketsAccountant(**setup)))
             else:
                 floors = []
             stuck = (len(floors) >= 3 and all(f >= delta for f in floors[-3:])

@@ -153,3 +153,17 @@ def test_calibration_keeps_what_the_bounds_assume():
     assert res.certified and any("differs from batch_size/dataset_size" in n
                                  for n in res.notes)
     assert find_noise_multiplier(1.0, DELTA, 0.01, 200).notes == ()
+
+
+def test_calibration_with_the_accountants_engine_options():
+    """``options``: the sigma is certified by an accountant with those options (the one
+    that will report the run), whose bound may be looser than the default's."""
+    from pb_accountant import PrivacyBucketsAccountant
+    options = {"number_of_buckets": 100, "factor": 1.05}
+    res = find_noise_multiplier(2.0, DELTA, 0.1, 20, options=options)
+    acc = PrivacyBucketsAccountant(**options)
+    acc.history = [(res.noise_multiplier, 0.1, 20)]
+    assert res.certified and res.epsilon_upper == acc.get_epsilon(DELTA) <= 2.0
+    for bad in ({"bogus": 1}, "resolution=0.1", {"resolution": -1.0}, {"sampler": "shuffle"}):
+        with pytest.raises(ValueError):
+            find_noise_multiplier(2.0, DELTA, 0.1, 20, options=bad)

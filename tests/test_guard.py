@@ -405,3 +405,61 @@ def test_a_guard_pickled_before_its_settings_were_properties_loads():
     assert (restored.max_epsilon, restored.delta, restored.every_n_steps) == (5.0, 1e-5, None)
     assert restored.check(noise_multiplier=1.0, sample_rate=0.01)
     assert pickle.loads(pickle.dumps(restored)).max_epsilon == 5.0
+
+
+def test_a_refused_step_under_batch_memory_manager_keeps_the_logical_batches():
+    """BatchMemoryManager queues one skip flag per physical batch; Opacus pops it in
+    pre_step.  A refused logical step must pop its flag and drop its accumulated
+    gradient too: left in the queue, every later physical batch was read against an
+    earlier one's flag (each counted as a refused step; after a reset, logical steps
+    ended at the wrong physical batches, mixing two Poisson batches into one step)."""
+    from opacus.utils.batch_memory_manager import BatchMemoryManager
+    engine, model, optimizer, loader = private_training("pb")
+    guard = BudgetGuard(engine, budget_between("pb"), DELTA, mode="stop").attach(optimizer)
+    criterion = nn.CrossEntropyLoss()
+
+    def epoch():
+        with BatchMemoryManager(data_loader=loader, max_physical_batch_size=3,
+                                optimizer=optimizer) as physical:
+            for x, y in physical:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+        return list(optimizer._step_skip_queue)
+
+    assert epoch() == []                                 # (was 3 stale entries)
+    acc = engine.accountant
+    assert acc.history == [(SIGMA, Q, K)] and guard.should_stop
+    assert guard.refused_steps == len(loader) - K        # logical steps (was 9 physical)
+    assert all(p.summed_grad is None for p in optimizer.params)
+    guard.max_epsilon = 1e3
+    guard.reset()
+    assert epoch() == []
+    assert acc.history == [(SIGMA, Q, K + len(loader))]
+    assert guard.refused_steps == len(loader) - K
+
+
+def test_a_caught_raise_under_batch_memory_manager_keeps_the_logical_batches():
+    """Mode "raise": a loop that catches BudgetExceededError and goes on must not read
+    the next physical batches against the refused batch's skip flag, nor carry its
+    accumulated gradient into the next logical step."""
+    from opacus.utils.batch_memory_manager import BatchMemoryManager
+    engine, model, optimizer, loader = private_training("pb")
+    guard = BudgetGuard(engine, budget_between("pb"), DELTA, mode="raise").attach(optimizer)
+    criterion = nn.CrossEntropyLoss()
+    raised = 0
+    for _ in range(2):          # (batches of one physical batch and of several, refused)
+        with BatchMemoryManager(data_loader=loader, max_physical_batch_size=6,
+                                optimizer=optimizer) as physical:
+            for x, y in physical:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                try:
+                    optimizer.step()
+                except BudgetExceededError:
+                    raised += 1
+                    assert all(p.summed_grad is None for p in optimizer.params)
+        assert optimizer._step_skip_queue == []
+    assert raised == 2 * len(loader) - K              # one per refused logical step
+    assert engine.accountant.history == [(SIGMA, Q, K)]
+    assert guard.refused_steps == 2 * len(loader) - K

@@ -180,6 +180,75 @@ def test_account_steps_without_opacus_optimizer(tmp_path):
     assert not callback.stopped
 
 
+def test_account_steps_counts_every_accumulated_micro_batch(tmp_path):
+    """gradient_accumulation_steps=3 over 8 batches: steps of 3, 3 and 2 batches, each
+    accounted at that many times the batch's rate (it was Q per step: 3 steps that
+    touched 8 batches were accounted as 3 batches).  The look-ahead prices the next
+    step the same way: a budget that one 3-batch step exceeds stops before it."""
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, noise_multiplier=SIGMA,
+                                     sample_rate=Q, account_steps=True)
+    args = args_for(tmp_path, epochs=1)
+    args.gradient_accumulation_steps = 3
+    Trainer(model=TinyClassifier(), args=args, train_dataset=Points(),
+            data_collator=default_data_collator, callbacks=[callback]).train()
+    assert acc.history == [(SIGMA, 3 * Q, 2), (SIGMA, 2 * Q, 1)]
+
+    budget = 0.5 * (fresh_bounds([(SIGMA, Q, 1)], DELTA).upper
+                    + fresh_bounds([(SIGMA, 3 * Q, 1)], DELTA).upper)
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=budget,
+                                     noise_multiplier=SIGMA, sample_rate=Q, account_steps=True)
+    Trainer(model=TinyClassifier(), args=args, train_dataset=Points(),
+            data_collator=default_data_collator, callbacks=[callback]).train()
+    assert acc.history == [] and callback.stopped
+
+
+def test_lookahead_prices_an_accumulated_dp_step_as_opacus_records_it(tmp_path):
+    """gradient_accumulation_steps=2 with make_private(poisson_sampling=False): Opacus
+    records each step at 2Q.  The look-ahead priced the next step at Q, let a step the
+    budget cannot afford through, and the guard had to refuse it (6 Trainer steps for
+    5 taken); it now stops cleanly before it."""
+    import warnings
+    quiet_opacus_warnings()
+    torch.manual_seed(0)
+    data, model, engine = Points(), TinyClassifier(), PrivacyEngine(accountant="pb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # the shuffled loader's sampler warning
+        model, optimizer, loader = engine.make_private(
+            module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+            data_loader=DataLoader(data, batch_size=BATCH, shuffle=True,
+                                   collate_fn=default_data_collator),
+            noise_multiplier=SIGMA, max_grad_norm=1.0, poisson_sampling=False,
+            noise_generator=torch.Generator().manual_seed(0))
+    k = 5
+    max_eps = 0.5 * (fresh_bounds([(SIGMA, 2 * Q, k)], DELTA).upper
+                     + fresh_bounds([(SIGMA, 2 * Q, k + 1)], DELTA).upper)
+    callback = PrivacyBudgetCallback(engine, delta=DELTA, max_epsilon=max_eps)
+    args = args_for(tmp_path, epochs=3)
+    args.gradient_accumulation_steps = 2
+    trainer = DPTrainer(model=model, args=args, train_dataset=data,
+                        optimizers=(optimizer, None), callbacks=[callback], dp_loader=loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert engine.accountant.history == [(SIGMA, 2 * Q, k)]
+    assert callback.stopped and callback.guard.refused_steps == 0
+    assert trainer.state.global_step == k
+
+
+def test_account_steps_with_an_accounting_dp_optimizer_is_refused(tmp_path):
+    """make_private's hook already records every step: account_steps=True counted each
+    twice, silently; it is refused before the first step."""
+    data, engine, model, optimizer, loader = private_setup()
+    callback = PrivacyBudgetCallback(engine, delta=DELTA, account_steps=True)
+    trainer = DPTrainer(model=model, args=args_for(tmp_path, epochs=1), train_dataset=data,
+                        optimizers=(optimizer, None), callbacks=[callback], dp_loader=loader)
+    with pytest.raises(ValueError, match="counted twice"):
+        trainer.train()
+    assert engine.accountant.history == [] and trainer.state.global_step == 0
+
+
 def plain_trainer(tmp_path, callbacks, epochs=1, save_steps=4):
     """No Opacus: the callbacks account the steps; a checkpoint every ``save_steps``."""
     args = args_for(tmp_path, epochs=epochs, logging_steps=4)

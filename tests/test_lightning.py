@@ -163,6 +163,103 @@ def test_budget_too_small_for_a_single_step(tmp_path):
     assert callback.stopped and trainer.global_step == 0
 
 
+class TinyPlainModel(pl.LightningModule):
+    """No Opacus: the callback accounts the steps (``account_steps=True``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_account_steps_counts_every_accumulated_batch(tmp_path):
+    """accumulate_grad_batches=3 over 8 batches: steps of 3, 3 and 2 batches, each
+    accounted at that many times the batch's rate (it was Q per step: the 8 batches of
+    the epoch were accounted as 3).  The look-ahead prices the next step the same way:
+    a budget that one 3-batch step exceeds stops before it."""
+    from pb_accountant import PrivacyBucketsAccountant
+
+    def fit(callback):
+        trainer = pl.Trainer(max_epochs=1, accumulate_grad_batches=3, accelerator="cpu",
+                             devices=1, callbacks=[callback], logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=str(tmp_path))
+        trainer.fit(TinyPlainModel(), train_dataloaders=TinyData().train_dataloader())
+        return trainer
+
+    acc = PrivacyBucketsAccountant()
+    trainer = fit(PrivacyBudgetCallback(acc, delta=DELTA, noise_multiplier=SIGMA,
+                                        sample_rate=Q, account_steps=True))
+    assert trainer.global_step == 3
+    assert acc.history == [(SIGMA, 3 * Q, 2), (SIGMA, 2 * Q, 1)]
+
+    budget = 0.5 * (fresh_bounds([(SIGMA, Q, 1)], DELTA).upper
+                    + fresh_bounds([(SIGMA, 3 * Q, 1)], DELTA).upper)
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=budget, sample_rate=Q,
+                                     noise_multiplier=SIGMA, account_steps=True)
+    fit(callback)
+    assert acc.history == [] and callback.stopped
+
+
+class TinyShuffledDPModel(TinyDPModel):
+    """make_private(poisson_sampling=False) on a plain loader: gradient accumulation
+    is allowed, and Opacus records a step over k batches at k / len(loader)."""
+
+    def train_dataloader(self):
+        return TinyData().train_dataloader()
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.5)
+        dp_model, optimizer, _ = self.privacy_engine.make_private(
+            module=self, optimizer=optimizer, data_loader=self.train_dataloader(),
+            noise_multiplier=SIGMA, max_grad_norm=1.0, poisson_sampling=False,
+            noise_generator=torch.Generator().manual_seed(0))
+        self.dp = {"model": dp_model}
+        return optimizer
+
+
+def test_lookahead_prices_an_accumulated_step_as_opacus_records_it(tmp_path):
+    """accumulate_grad_batches=2: each step is recorded at 2Q.  The look-ahead priced
+    the next step at Q, let a step the budget cannot afford through, and the guard on
+    the optimizer had to refuse it (Lightning counted 6 steps for 5 taken)."""
+    import warnings
+    k = 5
+    max_eps = 0.5 * (fresh_bounds([(SIGMA, 2 * Q, k)], DELTA).upper
+                     + fresh_bounds([(SIGMA, 2 * Q, k + 1)], DELTA).upper)
+    model = TinyShuffledDPModel()
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, max_epsilon=max_eps,
+                                     log_every_n_steps=None)
+    trainer = pl.Trainer(max_epochs=3, accumulate_grad_batches=2, accelerator="cpu",
+                         devices=1, callbacks=[callback], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # the shuffled loader's sampler warning
+        trainer.fit(model)
+    assert model.privacy_engine.accountant.history == [(SIGMA, 2 * Q, k)]
+    assert callback.stopped and callback.guard.refused_steps == 0
+    assert trainer.global_step == k
+
+
+def test_account_steps_with_an_accounting_dp_optimizer_is_refused(tmp_path):
+    """make_private's hook already records every step: account_steps=True counted each
+    twice (8 steps recorded as 16), silently; it is refused before the first step."""
+    model = TinyDPModel()
+    callback = PrivacyBudgetCallback(model.privacy_engine, delta=DELTA, account_steps=True,
+                                     log_every_n_steps=None)
+    trainer = make_trainer(tmp_path, callback, max_epochs=1)
+    with pytest.raises(ValueError, match="counted twice"):
+        trainer.fit(model, datamodule=DPLightningDataModule(TinyData()))
+    assert model.privacy_engine.accountant.history == [] and trainer.global_step == 0
+
+
 def test_callback_with_an_rdp_accountant(tmp_path):
     """Any Opacus accountant works (upper bound only; the lower bound is logged as 0)."""
     from opacus.accountants import RDPAccountant

@@ -295,3 +295,60 @@ def test_checkpoint_round_trip_restores_history_and_identical_bounds(tmp_path):
     train_epoch(model2, optimizer2, loader2, max_steps=1)
     assert tuple(acc2.history[-1]) == (history[-1][0], history[-1][1], history[-1][2] + 1)
     assert len(acc2) == 6
+
+
+# ------------------------------------------------------------------------------------
+# make_private_with_epsilon calibrates for what the run's accountant will report
+# (review by helper 40)
+# ------------------------------------------------------------------------------------
+
+def _private_with_epsilon(engine, loader, target, epochs, **kwargs):
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return engine.make_private_with_epsilon(
+        module=model, optimizer=optimizer, data_loader=loader, target_epsilon=target,
+        target_delta=DELTA, epochs=epochs, max_grad_norm=1.0, **kwargs)
+
+
+def test_make_private_with_epsilon_meets_the_target_of_a_shuffle_accountant():
+    """The accountant set on the engine assumes shuffling: the search must calibrate
+    for its bound (it calibrated for Poisson: 4.56 reported against a target of 2)."""
+    engine = PrivacyEngine(accountant="pb")
+    engine.accountant = PrivacyBucketsAccountant(sampler="shuffle",
+                                                 neighbouring="replace_special",
+                                                 dataset_size=N, batch_size=20)
+    loader = DataLoader(make_data(), batch_size=20, shuffle=True)
+    model, optimizer, loader = _private_with_epsilon(engine, loader, 2.0, 2,
+                                                     poisson_sampling=False)
+    train_epoch(model, optimizer, loader)
+    train_epoch(model, optimizer, loader)
+    acc = engine.accountant
+    assert acc.history == [(optimizer.noise_multiplier, 1 / len(loader), 2 * len(loader))]
+    assert 2.0 - 0.011 <= engine.get_epsilon(DELTA) <= 2.0
+
+
+def test_make_private_with_epsilon_uses_the_accountants_engine_options():
+    """A fixed coarse grid certifies a larger epsilon than the default options: the
+    sigma must be certified with the options of the accountant that reports the run."""
+    engine = PrivacyEngine(accountant="pb")
+    engine.accountant = PrivacyBucketsAccountant(number_of_buckets=100, factor=1.05)
+    model, optimizer, loader = _private_with_epsilon(
+        engine, DataLoader(make_data(), batch_size=20), 2.0, 2)
+    acc = engine.accountant
+    acc.history = [(optimizer.noise_multiplier, 1 / len(loader), 2 * len(loader))]
+    assert acc.get_epsilon(DELTA) <= 2.0              # was 2.0216
+
+
+def test_make_private_with_epsilon_poisson_counts_the_steps_the_dp_loader_takes():
+    """93 batches: Opacus's DPDataLoader has int(1 / fl(1/93)) = 92 batches and each step
+    is accounted at 1/92; the search calibrated 93 steps at 1/93, and the run's certified
+    epsilon after the planned epoch exceeded the target (1.0070 > 1)."""
+    engine = PrivacyEngine(accountant="pb")
+    base = DataLoader(make_data(186), batch_size=2)
+    assert len(base) == 93
+    model, optimizer, loader = _private_with_epsilon(engine, base, 1.0, 1)
+    assert len(loader) == 92
+    train_epoch(model, optimizer, loader)
+    acc = engine.accountant
+    assert acc.history == [(optimizer.noise_multiplier, 1 / 92, 92)]
+    assert 1.0 - 0.011 <= engine.get_epsilon(DELTA) <= 1.0
