@@ -1698,8 +1698,11 @@ class PaperBuckets(BucketRepresentation):
         rows[0, 0] = bottom
         rows[1, 0] = math.exp(grid.losses[0])  # certified bound on the virtual term (class doc)
         rows[2, 0] = bottom                    # l(bottom) = 0
+        # (_times: an empty top carries no relative error, even where the rows' relative
+        # error has grown to inf: inf * 0 made the A error NaN, and the next product
+        # raised an internal error, Gaussian(1) composed 10^15 times by the paper method)
         err = (self.error + 4.0 * max(m - n, 1) * _U * np.array([top + bottom, 0.0, bottom])
-               + np.array([(self.relative[0] + 4 * _U) * top, 0.0, 0.0])) * (1.0 + 1e-12)
+               + np.array([_times(top, self.relative[0] + 4 * _U), 0.0, 0.0])) * (1.0 + 1e-12)
         rel = self.relative.copy()
         rel[2] = max(rel[2], rel[0])                 # the bottom R entry is an A sum
         return PaperBuckets(grid, rows, self.a_inf + top, self.u, err, self.compositions,

@@ -1024,8 +1024,9 @@ class MechanismPair:
 
     def _atom_loss_side(self, i: int, v: float):
         """Sign (+1 or -1) of atom i's exact loss minus the grid point ``v`` where it can
-        be decided exactly or in 60-digit arithmetic with a proven margin, else None
-        (the atom then keeps its computed loss and the allowance for its error)."""
+        be decided exactly or in 60-digit arithmetic with a proven margin, 0 where the
+        exact loss is ``v`` itself (proven exactly), else None (the atom then keeps its
+        computed loss and the allowance for its error)."""
         return None
 
     def _continuous(self, t) -> Tuple[np.ndarray, np.ndarray]:
@@ -1151,10 +1152,17 @@ class MechanismPair:
         idx, at, lo, hi, err = straddle
         exact, rest = {}, []
         for n, (i, l, h) in enumerate(zip(idx.tolist(), lo.tolist(), hi.tolist())):
-            # mirrored: the oriented loss -L exceeds t_c where L < -t_c
-            sides = [(-1 if self.swapped else 1)
-                     * (self._atom_loss_side(i, -float(t[c]) if self.swapped else float(t[c]))
-                        or 0) for c in range(l, h)]
+            # mirrored: the oriented loss -L exceeds t_c where L < -t_c.  An exact loss
+            # equal to the grid point (side 0; it was answered as undecided, so an atom
+            # on a grid point, Laplace's +-eps0 = 1 on a grid of spacing 2^-k, cost its
+            # whole mass as error in two buckets: the paper method's upper bound was the
+            # trivial 1 for every such Laplace) lies in the right-closed interval
+            # (t_{c-1}, t_c] in either orientation: not above t_c.
+            sides = []
+            for c in range(l, h):
+                side = self._atom_loss_side(i, -float(t[c]) if self.swapped else float(t[c]))
+                sides.append(0 if side is None else
+                             (-1 if side == 0 else (-1 if self.swapped else 1) * side))
             if all(sides):
                 exact[i] = l + sum(1 for v in sides if v > 0)
             else:
@@ -1650,7 +1658,7 @@ class Laplace(MechanismPair):
             return None                                  # the +-inf atoms never straddle
         e0 = Fraction(self.sensitivity) / Fraction(self.scale)
         d = (e0 if i == 1 else -e0) - Fraction(v)
-        return 1 if d > 0 else (-1 if d < 0 else None)
+        return 1 if d > 0 else (-1 if d < 0 else 0)
 
     def _atom_loss_error(self, losses) -> np.ndarray:
         """The atoms at +-eps0: eps0 = sensitivity / scale is one correctly rounded
@@ -1941,7 +1949,7 @@ class KaryRandomizedResponse(DiscretePair):
         from decimal import Context, Decimal
         ea, eb = self._exact_atoms()[i]
         if ea == eb:
-            return None if v == 0.0 else (1 if v < 0.0 else -1)
+            return 0 if v == 0.0 else (1 if v < 0.0 else -1)
         ratio = ea / eb
         ctx = Context(prec=60)
         loss = ctx.ln(ctx.divide(Decimal(ratio.numerator), Decimal(ratio.denominator)))

@@ -268,8 +268,13 @@ class PaperUpper:
             live = self.tail_lost[pos] > 0
             log_lost = np.log(np.where(live, self.tail_lost[pos], 1.0))
             lost = np.where(live, np.exp(eps + log_lost) * (1.0 + 1e-9), 0.0)
-        val = (self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos] + r_side
-               + lost)
+        with np.errstate(invalid="ignore"):
+            val = (self.const + np.maximum(body, 0.0) + self.slack * self.tail_A[pos]
+                   + r_side + lost)
+        # an unbounded relative error (inf, after ~10^15 compositions) times an empty
+        # tail is NaN: no bound, the trivial 1, as ThresholdSum answers (it was reported
+        # as delta NaN, and the lower bound, clipped to it, NaN too)
+        val = np.where(np.isnan(val), np.inf, val)
         return np.minimum(val, 1.0)
 
     def epsilon(self, delta: float) -> float:

@@ -162,7 +162,7 @@ class SubsampledLaplace(MechanismPair):
         if q == 1.0:
             ell = Fraction(1) / Fraction(b) * (1 if i == 1 else -1)
             d = ell - Fraction(v)
-            return 1 if d > 0 else (-1 if d < 0 else None)
+            return 1 if d > 0 else (-1 if d < 0 else 0)
         ctx = Context(prec=60)
         ell = ctx.divide(Decimal(1 if i == 1 else -1), Decimal(b))
         Q = Decimal(q)

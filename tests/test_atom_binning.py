@@ -376,3 +376,68 @@ def test_laplace_end_point_rounded_onto_the_sensitivity_carries_its_round_off(
         b_sliver = mp.exp(-x / B) * (1 - mp.exp(-(S - x) / B)) / 2
         assert mp.mpf(float(eca[1])) >= a_sliver and mp.mpf(float(eca[0])) >= a_sliver
         assert mp.mpf(float(ecb[1])) >= b_sliver and mp.mpf(float(ecb[0])) >= b_sliver
+
+
+# -- review by helper 41: an atom whose exact loss is a grid point ----------------------
+
+@pytest.mark.parametrize("pair", [Laplace(1.0), Laplace(0.5), Laplace(0.25, sensitivity=2.0),
+                                  SubsampledLaplace(1.0, 1.0),
+                                  Laplace(1.0).mirrored()])
+def test_an_atom_exactly_on_a_grid_point_is_placed_not_charged(pair):
+    """Laplace's atoms sit at exactly +-eps0, a grid point of every grid whose spacing
+    divides eps0 (eps0 = 1 on spacing 2^-5).  Equality was answered as undecided, so
+    ``bucket_masses_with_error`` charged each such atom's whole mass as error in both
+    buckets next to the point (errors 1.37 for Laplace(1)), and the paper method's upper
+    bound was the trivial 1 at every epsilon for all such Laplace pairs.  The exact loss
+    on t_k lies in (t_{k-1}, t_k] in either orientation: the atom is placed there."""
+    e0 = float(pair.loss_bounds()[1])
+    t = np.array([-2 * e0, -e0, -e0 / 2, 0.0, e0 / 2, e0, 2 * e0])
+    t = np.round(t, 12)                              # the grid points +-eps0 exactly
+    a, b, ea, eb = pair.bucket_masses_with_error(t)
+    assert float(np.max(ea)) < 1e-12 and float(np.max(eb)) < 1e-12, (ea, eb)
+    # the atom at +eps0 (A-mass 1/2 for the plain Laplace) is in (t_4, t_5] = (e0/2, e0]
+    # and nothing lies beyond eps0
+    assert a[-1] == 0.0 and a[-2] == 0.0 and b[-1] == 0.0 and b[-2] == 0.0
+    # bucket 1 holds exactly the loss -e0 atom (the interval (-2 e0, -e0])
+    assert a[0] == 0.0 and b[0] == 0.0 and a[1] > 0 and b[1] > 0
+
+
+def test_the_paper_method_brackets_laplace_on_its_own_grid_points():
+    """One Laplace release: delta(eps) = 1 - e^{(eps - eps0)/2} on [0, eps0].  The paper
+    method (Definition 9 upper, Theorem 2 lower) brackets it instead of answering 1."""
+    from pb_accountant import compose
+    for scale, count in ((1.0, 1), (0.5, 1), (1.0, 3)):
+        pb = compose([(Laplace(scale), count)], delta=1e-15,
+                     methods=("split", "grouped", "paper"))
+        eps = np.array([0.0, 0.25, 0.5, 1.0])
+        up = pb.delta_upper(eps, method="paper")
+        best = pb.delta_bounds(eps)
+        assert np.all(up < 1.0), (scale, count, up)
+        assert np.all(up >= best.lower)
+        if count == 1:
+            exact = 1.0 - np.exp((eps - 1.0 / scale) / 2.0)
+            assert np.all(up >= exact * (1 - 1e-12)) and np.all(up <= exact + 1e-9), (up, exact)
+            low = pb.delta_lower(eps, method="paper")
+            assert np.all(low <= exact * (1 + 1e-12) + 1e-300)
+
+
+def test_the_paper_method_brackets_kary_randomized_response():
+    """k-ary randomized response's third event has loss exactly 0, the grid point 0 of
+    every grid: undecided, its mass p (k - 2) / k was charged as error in both buckets
+    next to 0 and the paper method answered delta in [0, 1].  One release:
+    delta(eps) = (1 - p + p/k) - e^eps p/k."""
+    from pb_accountant import compose
+    from pb_accountant.mechanisms import KaryRandomizedResponse
+    p, k = 0.5, 100
+    eps = np.array([0.0, 0.5, 2.0])
+    exact = (1 - p + p / k) - np.exp(eps) * p / k
+    pb = compose([(KaryRandomizedResponse.of(p, k), 1)], delta=1e-12,
+                 methods=("split", "grouped", "paper"))
+    up, low = pb.delta_upper(eps, method="paper"), pb.delta_lower(eps, method="paper")
+    assert np.all(up >= exact * (1 - 1e-12)) and np.all(up <= exact + 1e-9), (up, exact)
+    assert np.all(low <= exact * (1 + 1e-12)) and np.all(low >= exact - 1e-9), (low, exact)
+    pb = compose([(KaryRandomizedResponse.of(p, k), 5)], delta=1e-12,
+                 methods=("split", "grouped", "paper"))
+    best = pb.delta_bounds(eps)
+    up = pb.delta_upper(eps, method="paper")
+    assert np.all(up < 1.0) and np.all(up >= best.lower)

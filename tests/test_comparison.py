@@ -653,3 +653,84 @@ def test_results_are_never_nan_or_negative():
     ]
     for out in outs:
         assert not math.isnan(out.upper) and out.upper >= 0.0 and out.lower == 0.0
+
+
+# ------------------------------------------------------------------------------------
+# review by helper 41: the last ulps of KOV, and zCDP / CDP tails below the double range
+# ------------------------------------------------------------------------------------
+
+
+def test_kov_delta_is_not_below_the_exact_theorem_value_by_an_ulp():
+    """Above r eps0 the KOV bound is exactly 1 - (1 - delta0)^r; computed in log space
+    without an allowance for the last roundings it came out a few ulps below that
+    (about half of random delta0; a chord of two values near 1 gave 1 - 2^-53 where
+    the exact bound exceeds 1 - 1e-49).  Exact rational check."""
+    from fractions import Fraction
+    rng = np.random.default_rng(41)
+    for _ in range(300):
+        d0 = float(10.0 ** rng.uniform(-15.0, -0.05))
+        r = int(rng.integers(1, 11))
+        up = C.kov_delta(1.0, d0, r, 50.0).upper
+        assert Fraction(up) >= 1 - (1 - Fraction(d0)) ** r, (d0, r, up)
+    # the chord between two grid values that both round to 1
+    assert C.kov_delta(0.019617907045033696, 0.6796211686442357, 100, 0.1).upper == 1.0
+
+
+def test_kov_delta_with_delta0_brackets_the_mpmath_curve_between_grid_points():
+    """The interpolated KOV curve (chord in e^eps of the Theorem 3 grid values) in
+    50-digit mpmath, at grid points and between them, with delta0 > 0."""
+    mp.mp.dps = 50
+    for e0, d0, r in ((0.01, 0.3, 2), (1.2458033897794039, 1e-12, 50), (0.5, 1e-6, 7)):
+        E0, D0 = mp.mpf(e0), mp.mpf(d0)
+        grid = []
+        for i in range(r // 2 + 1):
+            di = mp.fsum(mp.binomial(r, l) * (mp.exp((r - l) * E0) - mp.exp((r - 2 * i + l) * E0))
+                         for l in range(i)) / (1 + mp.exp(E0)) ** r
+            grid.append(((r - 2 * i) * E0, 1 - (1 - D0) ** r * (1 - di)))
+        targets = [float(g[0]) for g in grid] + [float(g[0] - E0 / 3) for g in grid[:-1]]
+        ups = C.kov_delta(e0, d0, r, np.array(targets)).upper
+        for t, up in zip(targets, ups):
+            T = mp.mpf(t)
+            exact = min([d for e, d in grid if e <= T] + [mp.mpf(1)])
+            for (ea, da), (eb, db) in zip(grid, grid[1:]):
+                if eb <= T <= ea:
+                    lam = (mp.exp(ea) - mp.exp(T)) / (mp.exp(ea) - mp.exp(eb))
+                    exact = min(exact, lam * db + (1 - lam) * da)
+            assert mp.mpf(float(up)) >= exact, (e0, d0, r, t, up, exact)
+
+
+def test_zcdp_and_cdp_tails_never_round_a_positive_bound_to_zero():
+    """exp(-(eps - rho)^2 / (4 rho)) below the double range was reported as 0, below the
+    true delta of the Gaussian it bounds (1e-486 at sigma 5, 10 steps, eps 30); the
+    (mu, tau)-CDP tail raised OverflowError past eps ~ 1e154 ((e - m) ** 2)."""
+    rho = 10 / (2 * 5.0 ** 2)
+    mp.mp.dps = 40
+    mu = mp.sqrt(10) / 5
+    exact = mp.ncdf(-30 / mu + mu / 2) - mp.exp(30) * mp.ncdf(-30 / mu - mu / 2)
+    assert 0 < exact < mp.mpf("1e-400")
+    for method in ("best", "bun-steinke", "cks"):
+        up = C.zcdp_delta(rho, np.array([30.0, 1e3, 1e300]), method=method).upper
+        assert np.all(up > 0) and np.all(up <= 2 ** -1074 * 2), (method, up)
+    for method in ("best", "tail"):
+        up = C.cdp_delta(0.2, 0.6, np.array([30.0, 1e3, 1e300]), method=method).upper
+        assert np.all(up > 0) and np.all(up < 1e-300), (method, up)
+    from pb_accountant import Gaussian
+    up = C.cdp_delta_for_sequence([(Gaussian(1.0), 10)], np.array([1e3, 1e300])).upper
+    assert np.all(np.isfinite(up)) and np.all(up < 1e-10)
+    # pure DP (rho = 0, tau = 0) keeps its exact 0
+    assert C.zcdp_delta(0.0, 1.0).upper == 0.0
+    assert C.cdp_delta(1.0, 0.0, 2.0).upper == 0.0
+
+
+def test_cdp_with_tau_zero_answers_every_epsilon():
+    """(mu, 0)-CDP: delta = (1 - e^{eps - mu})_+, 0 from eps = mu on.  expm1(eps - mu)
+    raised OverflowError past eps - mu = 709, so cdp_delta(0, 0, 800) and the bisection
+    of cdp_epsilon_for_sequence (which doubles eps up to 1e4) over a pair whose
+    conditional pair has tau = 0 (here one direction keeps a single event) crashed."""
+    assert C.cdp_delta(0.0, 0.0, 800.0).upper == 0.0
+    assert C.cdp_delta(1.0, 0.0, 0.5).upper >= -math.expm1(-0.5)
+    from pb_accountant import DiscretePair
+    pair = DiscretePair((0.7248397836541915, 0.27516021634580845), (0.0, 1.0))
+    # the distinguishing mass 0.7248 is above 1e-12: no epsilon certifies it
+    assert C.cdp_epsilon_for_sequence([(pair, 1)], 1e-12).upper == math.inf
+    assert C.cdp_epsilon_for_sequence([(pair, 1)], 0.9).upper == 0.0

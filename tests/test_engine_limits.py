@@ -142,3 +142,24 @@ def test_an_unknown_method_name_is_refused(method):
         pb.epsilon_bounds(1e-5, method=method)
     with pytest.raises(ValueError, match="method must be None"):
         pb.delta_bounds(1.0, method=method)
+
+
+@pytest.mark.parametrize("sigma,sensitivity", [(1.0, 1.0), (0.8, 5.0)])
+@pytest.mark.parametrize("methods", [("paper",), ("split", "grouped", "paper")])
+def test_the_paper_method_at_the_largest_counts_answers_trivially_not_nan(sigma, sensitivity,
+                                                                          methods):
+    """10^15 compositions (the most a count may be) of a Gaussian by the paper method:
+    its rows' relative error grows to inf, and ``restricted`` formed inf * 0 (an empty
+    top) as the A error: the next product raised RuntimeError("internal error: NaN in
+    the operands of a product's error bound").  With that fixed, Definition 9's slack,
+    inf times an empty A tail, made every delta bound NaN (the lower one too, clipped
+    to it).  An unbounded error is the trivial bound."""
+    pb = _quietly(compose, [(Gaussian(sigma, sensitivity), 10 ** 15)], delta=1e-5,
+                  methods=methods)
+    eps = np.array([0.0, 1.0, 1e6])
+    for method in (None, "paper"):
+        db = _quietly(pb.delta_bounds, eps, method=method)
+        assert not np.isnan(db.upper).any() and not np.isnan(db.lower).any()
+        assert np.all(db.upper == 1.0) and np.all(db.lower == 0.0)
+    eb = _quietly(pb.epsilon_bounds, 1e-5)
+    assert eb.upper == math.inf and eb.lower == 0.0

@@ -15,7 +15,8 @@ from scipy import optimize
 from ..mechanisms import DiscretePair, Gaussian, Laplace, MechanismPair, SubsampledGaussian
 from ..results import DeltaBounds, EpsilonBounds
 from .._validation import _array, _choice, _count, _real
-from ._common import _U, _ULP, _bisect_epsilon, _exp_upper, _scalar_or_array, _sequence, _up
+from ._common import (_TINY, _U, _ULP, _bisect_epsilon, _exp_upper, _scalar_or_array,
+                      _sequence, _up)
 
 
 # --------------------------------------------------------------------------------------
@@ -94,19 +95,28 @@ def _zcdp_delta(xi, rho, eps, method):
     if rho == 0.0:
         bs = 0.0 if gap >= 0.0 else 1.0
     else:
-        bs = math.exp(-gap * gap / (4.0 * rho)) if gap > 0.0 else 1.0
+        # (_exp_upper: an exponent below the double range gives the least positive
+        # double, not 0, which lay below the bound and below the true delta)
+        bs = float(_exp_upper(-gap * gap / (4.0 * rho))) if gap > 0.0 else 1.0
     if method == "bun-steinke":
-        return min(1.0, float(_up(bs, 8.0)))
+        return max(min(1.0, float(_up(bs, 8.0))), _TINY if rho > 0.0 else 0.0)
     if rho == 0.0:
         cks = 0.0 if xi <= eps else 1.0
     else:
         a_bs = 1.0 + max(gap, 0.0) / (2.0 * rho)
         log_cks, _ = _minimise_over_order(lambda al: _affine_rdp_log_delta(xi, rho, eps, al),
                                           extra=(a_bs,) if a_bs > 1.0 else ())
-        cks = float(_exp_upper(log_cks + 16.0 * _ULP * (1.0 + abs(log_cks))))
+        # (a minimum of -inf, an order's exponent past the double range at eps near
+        # 1e300, gave NaN here and so the bound 1)
+        cks = (float(_exp_upper(log_cks + 16.0 * _ULP * (1.0 + abs(log_cks))))
+               if math.isfinite(log_cks) else (0.0 if log_cks < 0.0 else 1.0))
+    # rho > 0: every bound is positive at a finite eps; one below the double range (or
+    # an exponent that overflowed to -inf, eps near 1e154 and beyond) is the least
+    # positive double, never 0
+    floor = _TINY if rho > 0.0 else 0.0
     if method == "cks":
-        return min(1.0, cks)
-    return min(1.0, float(_up(bs, 8.0)), cks)
+        return max(min(1.0, cks), floor)
+    return max(min(1.0, float(_up(bs, 8.0)), cks), floor)
 
 
 def zcdp_epsilon(rho, delta, method: str = "best", *, xi=0.0) -> EpsilonBounds:
@@ -214,10 +224,14 @@ def cdp_delta(mu, tau, epsilon, method: str = "best") -> DeltaBounds:
         elif math.isinf(m) or math.isinf(t):
             up[idx] = 1.0
         elif t == 0.0:
-            up[idx] = min(1.0, float(_up(max(0.0, -math.expm1(e - m)), 8.0)))
+            # (1 - e^{eps - mu})_+ is 0 from eps = mu on (expm1 of eps - mu past 709
+            # raised OverflowError: cdp_delta(0, 0, 800), and every bisection of
+            # cdp_epsilon_for_sequence over a pair whose conditional pair is tau = 0)
+            up[idx] = min(1.0, float(_up(max(0.0, -math.expm1(min(e - m, 0.0))), 8.0)))
         else:
-            tail = math.exp(-(e - m) ** 2 / (2.0 * t * t)) if e > m else 1.0
-            tail = min(1.0, float(_up(tail, 8.0)))
+            # ((e - m) * (e - m), not ** 2, which raised OverflowError past e ~ 1e154)
+            tail = float(_exp_upper(-((e - m) * (e - m)) / (2.0 * t * t))) if e > m else 1.0
+            tail = max(min(1.0, float(_up(tail, 8.0))), _TINY)   # tau > 0: positive
             if method == "best":
                 tail = min(tail, _zcdp_delta(m - t * t / 2.0, t * t / 2.0, e, "cks"))
             up[idx] = tail

@@ -72,11 +72,35 @@ def _kov_index(r, eps0, targets):
     return i
 
 
+def _log_margin(*terms, absolute: float = 1.0):
+    """Rounding allowance of a log-space value computed from ``terms`` by a few roundings
+    each (log1p, expm1, log, exp, products and sums, each within 2 ulps of its result):
+    8 ulps of ``absolute`` plus the finite terms' magnitudes.  With ``absolute`` 1,
+    added to a log it also covers the final ``exp`` (within an ulp or two of its value)
+    of ``_exp_upper``: a relative 8 ulps."""
+    total = absolute
+    for t in terms:
+        t = np.asarray(t, dtype=float)
+        total = total + np.where(np.isfinite(t), np.abs(t), 0.0)
+    return 8.0 * _ULP * total
+
+
 def _kov_log_delta_prime(log_di, log_keep0, delta0_zero):
-    """log of delta' = 1 - (1 - delta0)^r (1 - delta_i) (paper Theorem 3)."""
+    """log of an upper bound on delta' = 1 - (1 - delta0)^r (1 - delta_i) (paper
+    Theorem 3).  log((1 - delta0)^r (1 - delta_i)) is lowered by its rounding allowance
+    before 1 - e^y is taken (a lower y only raises delta'), and the result is raised by
+    its own: computed as written, delta' came out up to a few ulps below the exact
+    1 - (1 - delta0)^r (e.g. 1 - 2^-53 for 1 - 1e-49), below the exact KOV curve."""
     if delta0_zero:
         return log_di
-    return _log1mexp(log_keep0 + _log1mexp(log_di))
+    keep_i = _log1mexp(log_di)
+    y = log_keep0 + keep_i
+    # r log1p(-delta0) and log(1 - delta_i) are each within a few ulps of themselves
+    # (log1mexp's two branches both are: docs in _log_margin), the sum within one ulp:
+    # relative errors, so no absolute part (which would double a delta0 near 1e-15)
+    y = y - _log_margin(log_keep0, keep_i, y, absolute=0.0)
+    out = _log1mexp(y)
+    return np.minimum(out + _log_margin(out), 0.0)
 
 
 def _kov_base_log_delta(log_binom, r, eps0, delta0, targets, interpolate):
@@ -107,8 +131,13 @@ def _kov_base_log_delta(log_binom, r, eps0, delta0, targets, interpolate):
                      / -math.expm1(-2.0 * eps0))
             lam = np.clip(lam * (1.0 + 8.0 * _ULP) + slack, 0.0, 1.0)
             with np.errstate(divide="ignore"):
-                chord = np.logaddexp(np.log(lam) + log_dp[i_f[inner]],
-                                     np.log1p(-lam) + log_dp[i_f[inner] - 1])
+                left = np.log(lam) + log_dp[i_f[inner]]
+                right = np.log1p(-lam) + log_dp[i_f[inner] - 1]
+                chord = np.logaddexp(left, right)
+            # the logs, sums and logaddexp round: without this allowance the chord of
+            # two values near 1 came out at 1 - 2^-53 (kov_delta(0.0196, 0.6796, 100,
+            # 0.1), whose exact value exceeds 1 - 1e-49)
+            chord = chord + _log_margin(left, right, chord)
             result = result.copy()
             result[inner] = np.minimum(result[inner], chord)
         outer = ~feasible
@@ -118,7 +147,8 @@ def _kov_base_log_delta(log_binom, r, eps0, delta0, targets, interpolate):
             shift = np.minimum(targets[outer] - eps0, 0.0)
             frac = np.exp(shift) * (1.0 - 8.0 * _ULP)
             result = result.copy()
-            result[outer] = np.log1p(-frac * -np.expm1(top))
+            value = np.log1p(-frac * -np.expm1(top))
+            result[outer] = value + _log_margin(value, top)
     else:
         uncertified = ~feasible
         result = np.where(feasible, result, 0.0)
