@@ -54,6 +54,21 @@ def _validate_step(noise_multiplier, sample_rate, where: str = "") -> Tuple[floa
     return sigma, q
 
 
+def _lower_or_limit(what: str, compute, trivial, consequence: str):
+    """(lower bound, extra notes): ``compute()``, or where the lower pairs' composition
+    reaches an engine limit (ENGINE_LIMITS) the trivial lower bound with the reason and a
+    warning.  The lower pairs differ from the upper ones (fixed_size under replace_one,
+    shuffle), so their limit must not discard a certified upper bound already computed
+    (it had turned a finite upper epsilon into inf)."""
+    try:
+        return compute(), ()
+    except ENGINE_LIMITS as exc:
+        reason = engine_limit_reason(exc, consequence)
+        warnings.warn(f"pb accountant could not certify the lower {what}: {reason}",
+                      RuntimeWarning, stacklevel=4)
+        return trivial, (reason,)
+
+
 def step_pair(noise_multiplier: float, sample_rate: float) -> Optional[MechanismPair]:
     """The worst-case pair of one DP-SGD step (None when the step costs nothing).
 
@@ -389,8 +404,12 @@ class PrivacyBucketsAccountant:
                 engine = compose_history(self._composer, list(sp.upper), delta, ("split",))
                 result = engine.epsilon_bounds(delta)
                 if lower:
-                    low = bracket_lower_epsilon(self._composer, sp, delta)
-                    result = dataclasses.replace(result, lower=min(low, result.upper))
+                    low, note = _lower_or_limit(
+                        "epsilon", lambda: bracket_lower_epsilon(self._composer, sp, delta),
+                        0.0, "the lower bound 0 is valid but uninformative; the upper "
+                        "bound is unaffected")
+                    result = dataclasses.replace(result, lower=min(low, result.upper),
+                                                 notes=result.notes + note)
             return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
         except ENGINE_LIMITS as exc:
             # the engine's resource limits (memory, floating-point overflow): a valid
@@ -411,12 +430,16 @@ class PrivacyBucketsAccountant:
                 return dataclasses.replace(result, notes=result.notes + sp.notes, **tag)
             result = adaptive_delta_bounds(self._composer, list(sp.upper), epsilon,
                                            ("split",))
-            lo = bracket_lower_delta(self._composer, sp,
-                                     np.asarray(result.epsilon, dtype=float))
+            at = np.asarray(result.epsilon, dtype=float)
+            lo, note = _lower_or_limit(
+                "delta", lambda: bracket_lower_delta(self._composer, sp, at),
+                np.zeros(np.shape(np.atleast_1d(at))), "the lower bound 0 is valid but "
+                "uninformative; the upper bound is unaffected")
             lo = np.minimum(lo, np.asarray(result.upper))
             if np.ndim(result.upper) == 0:
-                lo = float(lo)
-            return dataclasses.replace(result, lower=lo, notes=result.notes + sp.notes, **tag)
+                lo = float(np.reshape(lo, -1)[0])
+            return dataclasses.replace(result, lower=lo,
+                                       notes=result.notes + note + sp.notes, **tag)
         except ENGINE_LIMITS as exc:
             # as for epsilon (``_bounds``): the valid looser answer [0, 1] with the reason
             reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")

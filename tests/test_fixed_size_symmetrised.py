@@ -261,3 +261,26 @@ def test_bucket_masses_bracket_the_exact_masses(s, q, t):
         # masses agree with the exact ones within the errors plus 1e-12 relative)
         assert np.all(np.abs(a - A) <= ea + 1e-12 * A), (a - A, ea)
         assert np.all(np.abs(b - B) <= eb + 1e-12 * B), (b - B, eb)
+
+
+def test_lower_pair_engine_limit_keeps_the_certified_upper_bound():
+    """sigma 0.0664, g 0.0127, 392,983 steps: the lower pair's composition (the pair
+    alone) reaches an engine limit (its grouped rows overflow at factor ~4e55) where the
+    symmetrised upper composition does not.  The limit costs the lower bound only (0,
+    with the reason and a warning): get_epsilon_bounds had answered [0, inf] while
+    get_epsilon certified 2.39e6 (the two must agree), and get_delta_bounds [0, 1]."""
+    acc = PrivacyBucketsAccountant(sampler="fixed_size", neighbouring="replace_one",
+                                   dataset_size=10000, batch_size=127)
+    acc.history = [(0.0664, 0.0127, 392983)]
+    with pytest.warns(RuntimeWarning, match="could not certify the lower epsilon"):
+        got = acc.get_epsilon_bounds(1e-5)
+    assert math.isfinite(got.upper) and got.upper == acc.get_epsilon(1e-5)
+    assert got.lower == 0.0 and any("engine limit" in n for n in got.notes)
+    assert FIXED_SIZE_REPLACE_NOTE in got.notes
+    with pytest.warns(RuntimeWarning, match="could not certify the lower delta"):
+        db = acc.get_delta_bounds(np.array([3e6, 1e7]))
+    assert np.all(np.asarray(db.lower) == 0.0)
+    assert np.all(np.asarray(db.upper) < 1e-5), db.upper
+    with pytest.warns(RuntimeWarning, match="could not certify the lower delta"):
+        one = acc.get_delta_bounds(3e6)
+    assert one.lower == 0.0 and one.upper == float(np.asarray(db.upper)[0])
