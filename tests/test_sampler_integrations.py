@@ -312,21 +312,9 @@ def test_lightning_shuffled_loader_warns_and_logs_the_bracket(tmp_path):
         import pytorch_lightning as pl
     except ImportError:
         pl = pytest.importorskip("lightning.pytorch")
-    from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
     from pb_accountant.integrations.lightning import PrivacyBudgetCallback
-
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Linear(4, 2)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return nn.functional.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    from test_lightning import TinyPlainModel as Tiny      # (no Opacus: the callback accounts)
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(N, 4, generator=g)
