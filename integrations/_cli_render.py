@@ -13,8 +13,9 @@ import math
 import os
 import stat
 import tempfile
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from pb_accountant.results import directed_decimal
 
 from ._common import json_float
 
@@ -36,10 +37,7 @@ def _directed(x: Optional[float], up: bool, sig: int = 6) -> str:
         return "inf" if x > 0 else "-inf"
     if x == 0.0:
         return "0"
-    with localcontext() as ctx:
-        ctx.prec = sig
-        ctx.rounding = ROUND_CEILING if up else ROUND_FLOOR
-        d = +Decimal(x)
+    d = directed_decimal(x, up, significant=sig)
     if 1e-4 <= abs(d) < 1e7:
         text = format(d, "f")
         if "." in text:

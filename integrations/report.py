@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pb_accountant.results import directed_decimal
 from pb_accountant._validation import (MAX_STEPS, check_count, check_delta,
                                       check_noise_multiplier, check_real, check_sample_rate)
 
@@ -425,11 +426,9 @@ def _fmt(x, up=True, sig=4) -> str:
     # the exact value rounded in decimal (x * 10^k in floats rounds, so a ceiling of it
     # could display an upper bound below the float it shows, e.g. 0.0008297000000000001
     # as 0.0008297); the exponent is the exact floor(log10 |x|)
-    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-    exact = Decimal(x)
-    exp = exact.adjusted()
-    v = exact.quantize(Decimal(1).scaleb(exp - sig + 1),
-                       rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    from decimal import Decimal
+    exp = Decimal(x).adjusted()
+    v = directed_decimal(x, up, significant=sig)
     if abs(exp) > 290:
         # (a subnormal sample rate, say: the text straight from the decimal)
         return f"{v:.{sig - 1}e}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Optional, Tuple
 
 import numpy as np
@@ -94,6 +94,21 @@ class PrivacyCurve:
     neighbouring: str = "add_remove"
 
 
+def directed_decimal(value: float, upper: bool, *, significant: Optional[int] = None,
+                     decimals: Optional[int] = None) -> Decimal:
+    """The exact decimal value of the finite double ``value`` rounded up (``upper``) or
+    down, to ``significant`` digits or to ``decimals`` places: the one home of the
+    outward rounding every displayed bound goes through (rounding ``value * 10^k`` in
+    floats can land on the wrong side)."""
+    exact = Decimal(float(value))
+    exp = (-int(decimals) if significant is None
+           else exact.adjusted() - int(significant) + 1)
+    with localcontext() as ctx:
+        ctx.prec = 1100              # room for every double's digits at any places
+        return exact.quantize(Decimal(1).scaleb(exp),
+                              rounding=ROUND_CEILING if upper else ROUND_FLOOR)
+
+
 def bound_text(value: float, upper: bool, decimals: int = 6) -> str:
     """``value`` with ``decimals`` digits after the point, rounded outward (up for an
     upper bound, down for a lower one), so that the text is still a bound: rounded to
@@ -101,6 +116,7 @@ def bound_text(value: float, upper: bool, decimals: int = 6) -> str:
     value = float(value)
     if not math.isfinite(value):
         return str(value)
-    step = Decimal(1).scaleb(-int(decimals))
-    text = str(Decimal(value).quantize(step, rounding=ROUND_CEILING if upper else ROUND_FLOOR))
+    text = str(directed_decimal(value, upper, decimals=decimals))
+    if "E" in text or "e" in text:
+        text = format(Decimal(text), "f")
     return "0" + text[2:] if text.startswith("-0") and Decimal(text) == 0 else text
