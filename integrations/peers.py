@@ -10,8 +10,9 @@ no such bound).  Peers are imported lazily; a missing package raises
   ``eps_lower``/``eps_upper`` for ``eps_error`` (an approximation's error bars, not
   floating-point-certified bounds);
 * ``pld-pessimistic`` / ``pld-optimistic``: Google's ``dp_accounting`` privacy loss
-  distributions; the pessimistic estimate is an upper bound, the optimistic one an
-  estimate from below.
+  distributions; the pessimistic one is an upper estimate (at interval 1e-4 and small
+  delta it can lie below pb's certified lower bound: README, "How it compares"), the
+  optimistic one an estimate from below.
 
 ``run_peer_isolated`` runs one peer in a child Python with a time limit and an
 address-space limit (``RLIMIT_AS``), so that a peer that allocates without bound or

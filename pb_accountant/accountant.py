@@ -91,8 +91,9 @@ class PrivacyBucketsAccountant:
     "replace_special"), ``dataset_size`` and ``batch_size`` say how batches were formed
     (pb_accountant.samplers; docs/method.md §10).  Keyword options are expert
     overrides of the engine (paper's vocabulary): ``number_of_buckets``, ``factor``,
-    ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``, and
-    ``two_scale`` (False: no separate bulk grid for small sampling rates).
+    ``free_infty_budget``, ``growth_factor``, ``resolution``, ``leaf_resolution``,
+    ``max_buckets``, ``halve_long_tails`` and ``two_scale`` (False: no separate bulk
+    grid for small sampling rates); ``BucketOptions`` says what each does.
 
     ``history`` is a plain list of ``(noise_multiplier, sample_rate, num_steps)``
     tuples; assigning it (lists of tuples or JSON lists of lists) validates it first.
@@ -361,8 +362,8 @@ class PrivacyBucketsAccountant:
                       num_steps: int = 1, lower: bool = False) -> EpsilonBounds:
         """Bounds the history would have after ``num_steps`` more steps (no state change).
 
-        Only the upper bound is computed unless ``lower=True`` (the returned lower is
-        then the trivial 0), which is all a budget guard needs.
+        Only the upper bound is computed unless ``lower=True`` (without it the returned
+        lower is the trivial 0), which is all a budget guard needs.
         """
         sigma, q = _validate_step(noise_multiplier, sample_rate)
         k = check_count("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)

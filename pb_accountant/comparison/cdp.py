@@ -316,8 +316,8 @@ def _bounded_loss_cdp(kl, eps0, source):
 
 
 def randomized_response_cdp(p) -> CDPParams:
-    """Randomized response with bias p (paper §5.5): the seed gives no CDP statement, so it
-    is derived: loss +-eps0 with eps0 = |log(p/(1-p))|, exact mean (KL)
+    """Randomized response with bias p (paper §5.5): DR16 gives no CDP statement for it, so
+    it is derived: loss +-eps0 with eps0 = |log(p/(1-p))|, exact mean (KL)
     mu = (2p - 1) log(p/(1-p)) = eps0 tanh(eps0/2) <= eps0 (e^eps0 - 1)/2 (DR16 Thm 3.5),
     tau = eps0 (Hoeffding)."""
     pp = _real("p", p, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -327,7 +327,7 @@ def randomized_response_cdp(p) -> CDPParams:
 
 
 def laplace_cdp(scale, sensitivity=1.0) -> CDPParams:
-    """Laplace mechanism Lap(scale), sensitivity s: pure eps0 = s/scale DP; the seed gives
+    """Laplace mechanism Lap(scale), sensitivity s: pure eps0 = s/scale DP; DR16 gives
     no Laplace statement, so derived: exact mean (KL) mu = eps0 + e^{-eps0} - 1
     (<= eps0 (e^eps0 - 1)/2, DR16 Thm 3.5), tau = eps0 (bounded loss, Hoeffding)."""
     b = _real("scale", scale, low=0.0, low_open=True)
