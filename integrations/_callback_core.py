@@ -6,8 +6,8 @@ from typing import Any, Iterable, List, Optional
 
 from pb_accountant._validation import check_count, check_delta, check_flag, check_real
 
-from ._common import (BudgetStateError, accountant_state, hook_records_into,
-                      find_dp_optimizer, infer_sample_rate, resolve_accountant,
+from ._common import (BudgetStateError, accountant_state, check_step_defaults,
+                      hook_records_into, find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       restore_accountant, schedule_in_force, steps_taken)
 from ._cli_render import exact, up
 from .guard import BudgetGuard
@@ -44,8 +44,8 @@ class BudgetMonitor:
         self.tracker = BudgetTracker(accountant, delta, every_n_steps=None,
                                      every_epoch=log_on_epoch_end,
                                      sinks=list(sinks) if sinks is not None else [])
-        self.noise_multiplier = noise_multiplier
-        self.sample_rate = sample_rate
+        # (validated here: a bad value had raised only after the first step was taken)
+        self.noise_multiplier, self.sample_rate = check_step_defaults(noise_multiplier, sample_rate)
         # batches per optimisation step (the framework's gradient accumulation, set by
         # the callbacks): a step over k batches has sample rate k * sample_rate, as
         # Opacus's accounting hook records it

@@ -14,7 +14,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from pb_accountant._validation import MAX_STEPS, check_count, check_real
+from pb_accountant._validation import (MAX_STEPS, check_count, check_noise_multiplier,
+                                      check_real, check_sample_rate)
 from pb_accountant.results import EpsilonBounds
 
 __all__ = ["resolve_accountant", "steps_taken", "schedule_in_force", "epsilon_bounds",
@@ -329,3 +330,11 @@ def json_float(x: Any) -> Any:
     if math.isfinite(x):
         return x
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def check_step_defaults(noise_multiplier, sample_rate) -> Tuple[Optional[float], Optional[float]]:
+    """The default (noise_multiplier, sample_rate) a guard or callback prices a pending
+    step with, each None or valid as the accountant takes it (ValueError naming it
+    otherwise), checked when it is given rather than inside a training step."""
+    return (None if noise_multiplier is None else check_noise_multiplier(noise_multiplier),
+            None if sample_rate is None else check_sample_rate(sample_rate))

@@ -48,7 +48,7 @@ from pb_accountant._validation import (MAX_STEPS, check_choice, check_count, che
                                       check_sample_rate)
 from pb_accountant.results import EpsilonBounds
 
-from ._common import (accumulated_iterations, epsilon_after,
+from ._common import (accumulated_iterations, check_step_defaults, epsilon_after,
                       find_dp_optimizer, infer_sample_rate, resolve_accountant,
                       schedule_in_force, steps_taken)
 from ._cli_render import exact, up
@@ -204,6 +204,8 @@ class BudgetGuard:
         self._every_n_steps = _check_every_n_steps(every_n_steps)
         self._lookahead = check_flag("lookahead", lookahead)
         self._lookahead_margin = _check_lookahead_margin(lookahead_margin)
+        # the defaults for check(): validated here, not first inside a training step
+        noise_multiplier, sample_rate = check_step_defaults(noise_multiplier, sample_rate)
         self._engine_like = resolve_accountant(accountant) is not accountant
         self._source = accountant
         self.noise_multiplier = noise_multiplier
@@ -419,7 +421,13 @@ class BudgetGuard:
         if not (e2 > e1 > 0 and p2 > p1 > 0):
             return max(k, min(2 * self._span, limit))
         exponent = math.log(e2 / e1) / math.log(p2 / p1)
-        target = p2 * (safe / e2) ** (1.0 / exponent)
+        try:
+            target = p2 * (safe / e2) ** (1.0 / exponent)
+        except OverflowError:
+            # a bound that barely grows (a cheap phase after a costly one): the budget
+            # is predicted beyond the floating-point range, far away (this had raised
+            # OverflowError out of check(), in the training loop)
+            target = math.inf
         if not math.isfinite(target):
             return max(k, min(2 * self._span, limit))
         span = int(0.8 * (target - position))

@@ -28,7 +28,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ._validation import (MAX_STEPS, check_count, check_delta, check_epsilon, check_epsilons,
-                          check_noise_multiplier, check_sample_rate)
+                          check_flag, check_noise_multiplier, check_sample_rate)
 from .composition import BucketOptions, Composer
 # (ENGINE_LIMITS, engine_limit_reason: defined with the engine, whose compose answers
 # them as the accountant does; imported from here by the adapter and calibration)
@@ -367,6 +367,7 @@ class PrivacyBucketsAccountant:
         """
         sigma, q = _validate_step(noise_multiplier, sample_rate)
         k = check_count("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
+        lower = check_flag("lower", lower)      # (a truthy "False" would read as True)
         history = self._snapshot() + ([(sigma, q, k)] if k else [])
         return self._bounds(delta, lower=lower, history=history)
 

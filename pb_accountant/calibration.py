@@ -78,6 +78,15 @@ class StepsCalibration:
     reason: Optional[str] = None
 
 
+def _check_progress(progress: Progress) -> Progress:
+    """None or a callable (ValueError before any evaluation: a non-callable had raised a
+    TypeError only after the first, possibly long, evaluation)."""
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be None or a callable progress(evaluations, text), "
+                         f"got {progress!r}")
+    return progress
+
+
 def _upper(delta: float, sigma: float, q: float, steps: int,
            accountant: Optional[PrivacyBucketsAccountant] = None) -> Tuple[float, Optional[str]]:
     """Certified eps_upper of ``steps`` steps of (sigma, q); with the reason when inf."""
@@ -153,6 +162,7 @@ def find_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
     tol = check_real("tol", tol, low=0.0, high=1.0, low_open=True)
     tol = max(tol, MIN_RELATIVE_TOLERANCE)
     max_evaluations = check_count("max_evaluations", max_evaluations, minimum=2)
+    progress = _check_progress(progress)
     # a search over Gaussian noise: sigma >= MIN_NOISE (sigma = 0, which a training step
     # may have, is never an answer: it certifies nothing below delta = q)
     s_min = check_real("min_noise_multiplier", min_noise_multiplier, low=MIN_NOISE,
@@ -290,8 +300,9 @@ def find_steps(target_epsilon: float, delta: float, noise_multiplier: float,
     """Largest number of steps whose certified epsilon is <= target (0 if not even one).
 
     Doubling from one step, then integer bisection; one accountant is reused so that
-    composed binary powers are cached.  Searches at most ``max_steps`` steps and
-    ``max_evaluations`` accountant calls (``reason`` says when either stopped it).
+    composed binary powers are cached.  Searches at most ``max_steps`` steps (at most
+    10**15, the most one query may hold) and ``max_evaluations`` accountant calls
+    (``reason`` says when either stopped it).
     The sampler arguments are the accountant's, as for :func:`find_noise_multiplier`.
     """
     assumptions = check_assumptions(sampler, neighbouring, dataset_size, batch_size).as_dict()
@@ -299,8 +310,11 @@ def find_steps(target_epsilon: float, delta: float, noise_multiplier: float,
     delta = check_delta(delta)
     sigma = check_real("noise_multiplier", noise_multiplier, low=MIN_NOISE, high=MAX_NOISE)
     q = check_real("sample_rate", sample_rate, low=0.0, high=1.0, low_open=True)
-    max_steps = check_count("max_steps", max_steps, minimum=1)
+    # (at most MAX_STEPS: the most one query may ask for; a larger max_steps had failed
+    # half-way through the search with a ValueError naming num_steps)
+    max_steps = check_count("max_steps", max_steps, minimum=1, maximum=MAX_STEPS)
     max_evaluations = check_count("max_evaluations", max_evaluations, minimum=2)
+    progress = _check_progress(progress)
     acc = PrivacyBucketsAccountant(**assumptions)
     evaluations = 0
 

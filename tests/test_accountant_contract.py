@@ -408,6 +408,20 @@ def test_bad_num_steps_in_epsilon_after():
     assert acc.history == [(1.0, 0.02, 5)]
 
 
+def test_epsilon_after_lower_must_be_a_flag():
+    """``lower="False"`` (truthy) had been read as True; anything but True/False is a
+    ValueError naming ``lower``, and numpy's bools are taken."""
+    acc = fresh([(1.0, 0.02, 5)])
+    for bad in ("False", 1, None, [True]):
+        with pytest.raises(ValueError, match="lower"):
+            acc.epsilon_after(DELTA, noise_multiplier=1.0, sample_rate=0.02, lower=bad)
+    plain = acc.epsilon_after(DELTA, noise_multiplier=1.0, sample_rate=0.02)
+    both = acc.epsilon_after(DELTA, noise_multiplier=1.0, sample_rate=0.02,
+                             lower=np.bool_(True))
+    assert plain.lower == 0.0 and 0.0 < both.lower <= both.upper == plain.upper
+    assert acc.history == [(1.0, 0.02, 5)]
+
+
 BAD_HISTORIES = [
     ([(1.0, 0.02, 5), (1.0, 0.02)], r"history\[1\]"),
     ([(1.0, 0.02, 5), None], r"history\[1\]"),

@@ -167,3 +167,28 @@ def test_calibration_with_the_accountants_engine_options():
     for bad in ({"bogus": 1}, "resolution=0.1", {"resolution": -1.0}, {"sampler": "shuffle"}):
         with pytest.raises(ValueError):
             find_noise_multiplier(2.0, DELTA, 0.1, 20, options=bad)
+
+
+def test_find_steps_refuses_max_steps_beyond_what_a_query_may_hold():
+    """max_steps above MAX_STEPS had been accepted, and the doubling search then failed
+    half-way (after 50 evaluations, 13 s) with a ValueError naming ``num_steps``, a
+    parameter find_steps does not have: find_steps(1e300, 0.99, 1.0, 1e-20,
+    max_steps=10**18).  It is refused up front, naming max_steps and its range."""
+    from pb_accountant._validation import MAX_STEPS
+    calls = []
+    with pytest.raises(ValueError, match=r"max_steps must be an integer >= 1 and <= "):
+        find_steps(1e300, 0.99, 1.0, 1e-20, max_steps=10 ** 18,
+                   progress=lambda *a: calls.append(a))
+    assert calls == []
+    assert find_steps(1e300, 0.99, 1.0, 0.01, max_steps=MAX_STEPS,
+                      max_evaluations=2).evaluations == 2
+
+
+@pytest.mark.parametrize("search", ["noise", "steps"])
+def test_a_progress_that_is_not_callable_is_refused_before_any_evaluation(search):
+    """It had raised TypeError ('str' object is not callable) after the first evaluation."""
+    with pytest.raises(ValueError, match="progress"):
+        if search == "noise":
+            find_noise_multiplier(2.0, DELTA, 0.05, 20, progress="print")
+        else:
+            find_steps(2.0, DELTA, 1.0, 0.05, progress="print")

@@ -207,3 +207,17 @@ def test_an_opacus_accountant_look_ahead_equals_stepping_a_copy():
     for _ in range(500):
         stepped.step(noise_multiplier=1.2, sample_rate=0.01)
     assert epsilon_after(acc, DELTA, 1.2, 0.01, 500).upper == stepped.get_epsilon(DELTA)
+
+
+def test_a_bound_that_barely_grows_never_raises_out_of_check():
+    """A cheap phase after a costly one (20 steps at sigma 1, q 0.5, then sigma 100,
+    q 0.001 under a budget of 100): the look-ahead's power law through two bounds
+    differing by 1e-6 put the budget at (100 / 15.1)^(1e5) steps, and that power
+    raised OverflowError out of check() at step 192 of the training loop."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.0, 0.5, 20)]
+    guard = BudgetGuard(acc, 100.0, DELTA, mode="stop")
+    for _ in range(400):
+        assert guard.check(noise_multiplier=100.0, sample_rate=1e-3)
+        acc.step(noise_multiplier=100.0, sample_rate=1e-3)
+    assert acc.get_epsilon(DELTA) <= 100.0 and guard.queries < 20 and not guard.errors

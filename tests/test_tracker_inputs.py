@@ -230,3 +230,34 @@ def test_a_nan_or_negative_epsilon_is_never_recorded(tmp_path, value):
     assert line["eps_upper"] == "inf"
     after = epsilon_after(acc, DELTA, SIGMA, Q, 3)
     assert after.upper == math.inf and "not an epsilon" in after.notes[-1]
+
+
+@pytest.mark.parametrize("name,bad", [
+    ("noise_multiplier", "1.0"), ("noise_multiplier", math.nan), ("noise_multiplier", True),
+    ("noise_multiplier", -1.0), ("noise_multiplier", 1e-9), ("sample_rate", 2.0),
+    ("sample_rate", -0.1), ("sample_rate", math.nan), ("sample_rate", "0.1"),
+])
+def test_a_guard_or_monitor_refuses_a_bad_default_schedule_at_construction(name, bad):
+    """A guard's (or a callback's) default noise_multiplier / sample_rate is validated
+    when given: it had been stored as is and raised only inside the training loop, in
+    the callback's after_step, after the optimiser step had been taken and recorded."""
+    from pb_accountant.integrations import BudgetGuard
+    acc = PrivacyBucketsAccountant()
+    with pytest.raises(ValueError, match=name):
+        BudgetGuard(acc, 3.0, DELTA, **{name: bad})
+    schedule = {"noise_multiplier": None, "sample_rate": None, name: bad}
+    with pytest.raises(ValueError, match=name):
+        BudgetMonitor(acc, DELTA, 3.0, None, True, [], schedule["noise_multiplier"],
+                      schedule["sample_rate"], False)
+    assert acc.history == []
+
+
+def test_a_guard_and_monitor_take_numpy_and_int_defaults_as_floats():
+    np = pytest.importorskip("numpy")
+    from pb_accountant.integrations import BudgetGuard
+    acc = PrivacyBucketsAccountant()
+    guard = BudgetGuard(acc, 3.0, DELTA, noise_multiplier=np.float32(1.0), sample_rate=0)
+    assert (guard.noise_multiplier, guard.sample_rate) == (1.0, 0.0)
+    assert type(guard.noise_multiplier) is float and guard.check()
+    monitor = BudgetMonitor(acc, DELTA, 3.0, None, True, [], 1, np.float64(Q), False)
+    assert (monitor.noise_multiplier, monitor.sample_rate) == (1.0, Q)
