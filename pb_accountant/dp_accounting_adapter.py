@@ -64,7 +64,7 @@ from .accountant import (ENGINE_LIMITS, PrivacyBucketsAccountant, engine_limit_r
                          step_pair)
 from .composition import canonical_history
 from .engine import (PrivacyBuckets, adaptive_delta_bounds, adaptive_epsilon_bounds,
-                     answering_limits, compose_history, upper_only)
+                     answering_limits, compose_history, history_loss_cap, upper_only)
 from .mechanisms import (DiscretePair, Gaussian, KaryRandomizedResponse, Laplace,
                          MechanismPair)
 from .results import DeltaBounds, EpsilonBounds
@@ -99,6 +99,19 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         if not isinstance(neighboring_relation, NeighboringRelation):
             raise ValueError("neighboring_relation must be a dp_accounting NeighboringRelation "
                              f"(ADD_OR_REMOVE_ONE or REPLACE_ONE), got {neighboring_relation!r}")
+        assumed = sorted(set(options) & set(_ACCOUNTANT_ASSUMPTIONS))
+        if assumed:
+            # (they reached PrivacyBucketsAccountant, which the adapter uses for its engine
+            # alone: neighbouring='replace_one' or sampler='fixed_size' was silently
+            # ignored, the answers those of the relation given and the events' samplers)
+            raise ValueError(
+                f"{', '.join(f'{k}={options[k]!r}' for k in assumed)}: PrivacyBucketsDpAccountant "
+                "takes the engine's options only (number_of_buckets, factor, ...); the "
+                "neighbouring relation is neighboring_relation (ADD_OR_REMOVE_ONE or "
+                "REPLACE_ONE) and each event says how it was sampled "
+                "(PoissonSampledDpEvent); for fixed-size or shuffled batches use "
+                "PrivacyBucketsAccountant(sampler=..., neighbouring=..., dataset_size=..., "
+                "batch_size=...)")
         super().__init__(neighboring_relation)
         # the engine, its options and caches (validates the options)
         self._pb = PrivacyBucketsAccountant(**options)
@@ -169,11 +182,13 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             if not _is_real(q) or not 0.0 <= float(q) <= 1.0:
                 return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
             q = float(q)
-            if q == 0.0:
-                return None, None, False                  # never touches the data
             scale = inner.noise_multiplier
+            # (checked before q = 0, which never touches the data: a string, NaN or
+            # negative noise at rate 0 had been supported)
             if not _is_real(scale) or float(scale) < 0.0:
                 return None, _no_pair(event, _NOISE_RANGE.format(scale)), False
+            if q == 0.0:
+                return None, None, False                  # never touches the data
             if _is_zero(scale):
                 # the sampled record is revealed: distinguishing mass q (as the accountant)
                 return self._make(event, lambda: DiscretePair((1.0 - q, q), (1.0, 0.0)))
@@ -205,11 +220,11 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         if not _is_real(q) or not 0.0 <= float(q) <= 1.0:
             return None, _no_pair(event, f"sampling_probability must be in [0, 1], got {q!r}"), False
         q = float(q)
-        if q == 0.0:
-            return None, None, False
         sigma = inner.noise_multiplier
         if not _is_real(sigma) or float(sigma) < 0.0:
             return None, _no_pair(event, _NOISE_RANGE.format(sigma)), False
+        if q == 0.0:
+            return None, None, False
 
         def build():
             upper, lower = step_pairs(gaussian_noise(float(sigma)), q, "poisson", "replace_one")
@@ -261,7 +276,12 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         with self._lock:
             pairs = list(canonical_history(
                 self._pairs + [(pair, c) for pair, c, _, _ in leaves if pair is not None]))
-            largest = max((c for _, c in pairs), default=0)
+            # equal pairs anywhere in the history are composed as one (count_groups sums
+            # them): [(g, 10^15), (laplace, 1), (g, 10^15)] had been accepted
+            totals = {}
+            for pair, c in pairs:
+                totals[pair] = totals.get(pair, 0) + c
+            largest = max(totals.values(), default=0)
             if largest > MAX_STEPS:
                 return _no_pair(event, "the composed count of one mechanism must be an "
                                        f"integer <= {MAX_STEPS}, got {largest}")
@@ -336,8 +356,11 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         """Certified lower and upper bounds on epsilon at ``target_delta`` in [0, 1].
 
         delta = 1 needs no epsilon (0); delta = 0 has the upper bound inf unless nothing
-        private was composed (the certified round-off floor is positive), and as lower
-        bound the one at the smallest positive delta (epsilon(delta) is non-increasing).
+        private was composed (the certified round-off floor is positive) or every pair's
+        loss is bounded (pure DP: Laplace, randomized response, sampled Laplace), where
+        it is the history's largest total loss, from which on ``get_delta`` answers 0;
+        as lower bound the one at the smallest positive delta (epsilon(delta) is
+        non-increasing).
         """
         delta = check_real("target_delta", target_delta, low=0.0, high=1.0)
         if self._contains_non_dp_event:
@@ -354,10 +377,19 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
         try:
             if delta == 0.0:
                 low = self.engine().epsilon_lower(_TINY) if lower else 0.0
+                # pure DP (every pair's loss bounded: Laplace, randomized response,
+                # sampled Laplace): delta is 0 from the history's largest total loss on
+                # (get_delta answers 0 there); the grid's round-off floor bounds the rest
+                cap = _pure_dp_cap(pairs)
+                if math.isfinite(cap):
+                    return self._tagged(EpsilonBounds(
+                        0.0, float(low), cap, "best", None,
+                        ("delta = 0: the upper bound is the history's largest total "
+                         "privacy loss (every pair's loss is bounded: pure DP)",)))
                 return self._tagged(EpsilonBounds(
                     0.0, float(low), math.inf, "best", None,
-                    ("delta = 0: no finite epsilon can be certified (the certified "
-                     "round-off floor of delta is positive)",)))
+                    ("delta = 0: no finite epsilon can be certified (a pair's loss is "
+                     "unbounded, and the certified round-off floor of delta is positive)",)))
             # both bounds even for the upper one alone: the grid is refined where their
             # bracket is wide, and get_epsilon must equal get_epsilon_bounds().upper
             result = adaptive_epsilon_bounds(composer, pairs, delta)
@@ -366,35 +398,46 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             reason = engine_limit_reason(exc, "the upper bound inf is valid but uninformative")
             warnings.warn(f"pb accountant could not certify epsilon: {reason}", RuntimeWarning,
                           stacklevel=2)
-            return self._tagged(EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,)))
+            # (a pure-DP history's largest total loss bounds epsilon at every delta: it
+            # had answered inf at delta 1e-5 and the cap at delta 0)
+            return self._tagged(EpsilonBounds(delta, 0.0, _pure_dp_cap(pairs), "none", None,
+                                              (reason,)))
 
     def get_delta_bounds(self, target_epsilon) -> DeltaBounds:
         """Certified bounds on delta at one epsilon in [0, inf] or an array of them
-        (at eps = inf: delta_up at eps = 1e6, which is >= delta(inf); lower bound 0)."""
+        (at eps = inf: delta_up at eps = 1e6, which is >= delta(inf), or 0 where every
+        pair's loss is bounded (pure DP: no distinguishing event); lower bound 0)."""
         scalar = np.ndim(target_epsilon) == 0
         eps = check_array("target_epsilon", np.atleast_1d(target_epsilon), low=0.0,
                           allow_inf=True)
         if self._contains_non_dp_event:
             one = np.ones_like(eps)
             return self._tagged(_delta_result(eps, one, one, scalar, ("non-private event",)))
-        if not self._history():
+        history = self._history()
+        if not history:
             zero = np.zeros_like(eps)
             return self._tagged(_delta_result(eps, zero, zero, scalar, ()))
         infinite = np.isinf(eps)
         try:
             # composed again for the answer's delta class where it is small, as the
             # accountant's delta queries are (the same numbers)
-            db = adaptive_delta_bounds(self._pb._composer, self._history(),
+            db = adaptive_delta_bounds(self._pb._composer, history,
                                        np.where(infinite, _LARGE_EPSILON, eps),
                                        ("split", "grouped"))
         except ENGINE_LIMITS as exc:
             reason = engine_limit_reason(exc, "the upper bound 1 is valid but uninformative")
             warnings.warn(f"pb accountant could not certify delta: {reason}", RuntimeWarning,
                           stacklevel=2)
-            return self._tagged(_delta_result(eps, np.zeros_like(eps), np.ones_like(eps),
+            cap = _pure_dp_cap(history)
+            up = np.where(math.isfinite(cap) & (eps >= cap), 0.0, 1.0)   # (inf >= inf)
+            return self._tagged(_delta_result(eps, np.zeros_like(eps), up,
                                               scalar, (reason,), method="none"))
         lo = np.where(infinite, 0.0, np.atleast_1d(db.lower))
-        up = np.atleast_1d(db.upper)
+        # a pure-DP history has no distinguishing event: delta(inf) = 0 (delta_up at 1e6
+        # had answered 1 where the largest total loss is beyond it, e.g. one Laplace
+        # step of scale 1e-7: get_delta(inf) 1, get_delta(2e7) 0)
+        up = np.where(infinite & math.isfinite(_pure_dp_cap(history)), 0.0,
+                      np.atleast_1d(db.upper))
         return self._tagged(_delta_result(eps, lo, up, scalar, tuple(db.notes), db.grid))
 
     def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
@@ -422,6 +465,9 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
             return trivial_tradeoff(fpr, note=reason, mu_alpha_min=mu_alpha_min)
 
 
+#: PrivacyBucketsAccountant's sampling assumptions, which the adapter takes from its
+#: relation and its events instead
+_ACCOUNTANT_ASSUMPTIONS = ("sampler", "neighbouring", "dataset_size", "batch_size")
 #: why SampledWithoutReplacementDpEvent is not supported
 _WITHOUT_REPLACEMENT_REASON = (
     "no certified pair for a sampled-without-replacement Gaussian here: the fixed-size "
@@ -440,6 +486,16 @@ _LAPLACE_RANGE = ("LaplaceDpEvent noise_multiplier must be 0 or >= 2**-1020 (abo
 _TINY = 5e-324
 #: where delta(inf) is bounded from above (delta is non-increasing)
 _LARGE_EPSILON = 1e6
+
+
+def _pure_dp_cap(pairs) -> float:
+    """The history's largest total loss where every pair's loss is bounded (pure DP: delta
+    is 0 from it on, epsilon at most it at every delta), else inf; inf too where it is
+    beyond the floats (``history_loss_cap``'s exact sum overflows)."""
+    try:
+        return history_loss_cap(pairs)
+    except OverflowError:
+        return math.inf
 
 
 def _delta_result(eps, lo, up, scalar, notes, grid=None, method="best") -> DeltaBounds:

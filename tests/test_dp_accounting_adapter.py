@@ -54,6 +54,10 @@ UNSUPPORTED_AR = [
     de.GaussianDpEvent(True),
     de.LaplaceDpEvent("2"),
     de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(math.nan)),
+    # (at rate 0 too: the noise parameter is checked before the rate's shortcut)
+    de.PoissonSampledDpEvent(0.0, de.GaussianDpEvent(-1.0)),
+    de.PoissonSampledDpEvent(0.0, de.GaussianDpEvent("x")),
+    de.PoissonSampledDpEvent(0.0, de.LaplaceDpEvent(math.nan)),
     de.GaussianDpEvent(10 ** 400),                        # past the floats (OverflowError)
     de.LaplaceDpEvent(10 ** 400),
     de.LaplaceDpEvent(1e-320),                            # eps0 = inf (an internal error)
@@ -89,6 +93,8 @@ def test_replace_one_relation():
     assert not acc.supports(de.PoissonSampledDpEvent(0.1, de.LaplaceDpEvent(1.0)))
     # sampled Gaussians under REPLACE_ONE take their pairs from pb_accountant.samplers
     assert acc.supports(de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(1.0))) == HAS_SAMPLERS
+    assert acc.supports(de.PoissonSampledDpEvent(0.0, de.GaussianDpEvent(1.0))) == HAS_SAMPLERS
+    assert not acc.supports(de.PoissonSampledDpEvent(0.0, de.GaussianDpEvent(-1.0)))
     # (no pair certifies both bounds of fixed-size batches under REPLACE_ONE)
     assert not acc.supports(de.SampledWithoutReplacementDpEvent(
         100, 10, de.GaussianDpEvent(1.0)))
@@ -674,3 +680,85 @@ def test_numpy_integer_bucket_counts_are_integers():
         a = PrivacyBucketsDpAccountant(R1).compose(numpy_event, 3)
         b = PrivacyBucketsDpAccountant(R1).compose(python_event, 3)
         assert a.get_epsilon_bounds(1e-6) == b.get_epsilon_bounds(1e-6)
+
+
+def test_pure_dp_history_has_its_largest_loss_as_epsilon_at_delta_zero():
+    """Where every pair's loss is bounded, delta is 0 from the history's largest total
+    loss on (get_delta answers 0 there), so epsilon at delta = 0 is at most it (it had
+    answered inf, noting that no finite epsilon could be certified); a Gaussian's
+    stays inf.  dp_accounting's calibration then finds a pure-DP Laplace scale."""
+    for rel, event, exact in [
+            (AR, de.SelfComposedDpEvent(L(2.0), 3), 1.5),
+            (R1, de.RandomizedResponseDpEvent(0.3, 4), math.log(0.775 / 0.075)),
+            (AR, de.SelfComposedDpEvent(PG(0.1, L(0.5)), 10),
+             10 * math.log(0.9 + 0.1 * math.exp(2.0)))]:
+        acc = PrivacyBucketsDpAccountant(rel).compose(event)
+        b = acc.get_epsilon_bounds(0.0)
+        assert b.lower <= exact <= b.upper <= exact * (1 + 1e-12)
+        assert acc.get_epsilon(0.0) == b.upper
+        assert acc.get_delta(b.upper) == 0.0
+        assert "pure DP" in b.notes[0]
+    mixed = PrivacyBucketsDpAccountant(AR).compose(L(2.0)).compose(G(5.0))
+    assert mixed.get_epsilon(0.0) == math.inf
+    scale = dpa.calibrate_dp_mechanism(
+        lambda: PrivacyBucketsDpAccountant(AR), lambda b: de.SelfComposedDpEvent(L(b), 10),
+        1.0, 0.0, dpa.LowerEndpointAndGuess(0.1, 1.0), tol=1e-3)
+    assert 10.0 <= scale <= 10.02
+
+
+@pytest.mark.parametrize("assumed", [dict(neighbouring="replace_one"),
+                                     dict(sampler="fixed_size", neighbouring="replace_one",
+                                          dataset_size=100, batch_size=10),
+                                     dict(sampler="poisson"), dict(dataset_size=100)])
+def test_sampling_assumptions_of_the_accountant_are_refused_naming_them(assumed):
+    """The adapter's relation is neighboring_relation and its samplers are the events';
+    PrivacyBucketsAccountant's sampler / neighbouring / sizes had been accepted and
+    ignored (neighbouring='replace_one', sampler='fixed_size' answered Poisson
+    add-remove's 2.85455 for ten q 0.1, sigma 1 steps at 1e-5, tagged add_remove)."""
+    with pytest.raises(ValueError, match=sorted(assumed)[0] + "=") as info:
+        PrivacyBucketsDpAccountant(AR, **assumed)
+    assert "neighboring_relation" in str(info.value)
+    assert "PrivacyBucketsAccountant(sampler=" in str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_delta_at_infinite_epsilon_is_zero_for_pure_dp_beyond_the_probe():
+    """delta(inf) is bounded by delta_up at 1e6; where a pure-DP history's largest loss
+    lies beyond that it had answered 1 while delta at 2e7 was certified 0 (one Laplace
+    step of scale 1e-7): delta is non-increasing, and pure DP has no distinguishing
+    event.  An engine limit keeps the pure-DP bound too (epsilon at most the largest
+    loss at every delta, delta 0 from it on)."""
+    acc = PrivacyBucketsDpAccountant(AR).compose(L(1e-7))
+    d = acc.get_delta_bounds(np.array([1e6, 2e7, np.inf]))
+    assert list(d.upper) == [1.0, 0.0, 0.0] and list(d.lower)[2] == 0.0
+    assert acc.get_delta(math.inf) == 0.0
+    # revealed records keep their distinguishing mass at eps = inf
+    revealed = PrivacyBucketsDpAccountant(AR).compose(PG(0.1, G(0.0)))
+    assert revealed.get_delta(math.inf) == pytest.approx(0.1)
+    # two Laplace steps of scale 2^-1019 (loss span past the floats: an engine limit)
+    huge = PrivacyBucketsDpAccountant(AR).compose(L(2.0 ** -1019), 2)
+    cap = 2 * 2.0 ** 1019
+    assert huge.get_epsilon(1e-5) == huge.get_epsilon(0.0) == cap
+    assert huge.get_delta(cap) == 0.0 and huge.get_delta(1.0) == 1.0
+    # an engine limit on a Gaussian history keeps the trivial 1, at eps = inf too
+    coarse = PrivacyBucketsDpAccountant(AR, number_of_buckets=4, resolution=0.2,
+                                        leaf_resolution=0.5)
+    coarse.compose(G(15.66), 3000).compose(G(0.47), 2)
+    assert list(coarse.get_delta_bounds(np.array([1.0, np.inf])).upper) == [1.0, 1.0]
+
+
+def test_equal_mechanisms_apart_in_the_history_count_together_against_the_limit():
+    """The engine composes equal pairs anywhere in the history as one (their counts
+    summed), so the 10^15 limit on a mechanism's composed count holds across the
+    history, not only between neighbours (two runs of 10^15 steps with a Laplace step
+    between had been accepted)."""
+    step = PG(1e-9, G(4.0))
+    acc = PrivacyBucketsDpAccountant(AR).compose(step, 10 ** 15).compose(L(1.0))
+    before = (acc.history, acc.ledger)
+    assert not acc.supports(step)
+    with pytest.raises(dpa.UnsupportedEventError, match="got 1000000000000001"):
+        acc.compose(step)
+    assert (acc.history, acc.ledger) == before
+    assert not PrivacyBucketsDpAccountant(AR).supports(de.ComposedDpEvent(
+        [de.SelfComposedDpEvent(G(4.0), 10 ** 15), L(1.0), G(4.0)]))
+    assert acc.supports(L(1.0)) and acc.supports(PG(2e-9, G(4.0)))
