@@ -569,6 +569,9 @@ class BudgetGuard:
             raise ValueError("cannot tell the optimizer's sample rate: pass sample_rate= or "
                              "data_loader= to attach()")
         warn_on_sample_rate(q, data_loader, stacklevel=3)
+        # (the guard prices every step at q: above 1 each optimizer.step() had raised
+        # inside the training loop, after only a warning here)
+        q = check_sample_rate(q)
         if data_loader is not None:      # the guard stops on the configured sampler's bound
             self.loader_check = sampler_check(self.accountant, data_loader, self.delta,
                                               pending=(float(opt.noise_multiplier), q),

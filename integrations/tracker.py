@@ -276,6 +276,11 @@ class BudgetTracker:
                              "or data_loader=")
         if q is not None:
             check_sample_rate(q, data_loader, stacklevel=3)
+            if account and q > 1.0:
+                # (the tracker records every step at q: above 1 each optimizer.step() had
+                # raised inside the training loop, after only a warning here)
+                raise ValueError(f"sample_rate must be in [0, 1] for a tracker that steps the "
+                                 f"accountant itself (account=True), got {q!r}")
         self._account = account
         self._sample_rate = q
         loader = data_loader if data_loader is not None else getattr(opt, "_pb_data_loader", None)

@@ -342,6 +342,27 @@ def test_attach_without_accounting_hook_steps_the_accountant():
     assert [r.step for r in tracker.records] == [4, 8]
 
 
+def test_a_sample_rate_above_one_is_refused_at_attach_where_every_step_would_use_it():
+    """A tracker that steps the accountant itself, or a guard, with sample_rate 2 had
+    only warned at attach; every optimizer.step() then raised inside the training loop.
+    Both are refused at attach, before anything is installed."""
+    from pb_accountant.integrations import BudgetGuard
+    torch, engine, model, optimizer, loader = opacus_setup()
+    optimizer.attach_step_hook(None)
+    acc = PrivacyBucketsAccountant()
+    tracker = BudgetTracker(acc, DELTA, every_n_steps=4, every_epoch=False, sinks=[])
+    with pytest.warns(SampleRateWarning), pytest.raises(ValueError, match=r"sample_rate.*2\.0"):
+        tracker.attach(optimizer, sample_rate=2.0)
+    guard = BudgetGuard(acc, 100.0, DELTA)
+    with pytest.warns(SampleRateWarning), pytest.raises(ValueError, match=r"sample_rate.*2\.0"):
+        guard.attach(optimizer, sample_rate=2.0)
+    assert optimizer.step_hook is None and "step" not in vars(optimizer)
+    tracker.attach(optimizer, sample_rate=Q)            # nothing was left attached
+    guard.attach(optimizer, sample_rate=Q)
+    train(torch, model, optimizer, loader, tracker, epochs=1)
+    assert acc.history == [(SIGMA, Q, 8)]
+
+
 # ------------------------------------------------------------------------------------
 # sample-rate sanity (opacus issue #813)
 # ------------------------------------------------------------------------------------
