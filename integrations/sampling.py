@@ -128,6 +128,12 @@ class LoaderSampling:
     dataset_size: Optional[int] = None
     batch_size: Optional[int] = None
     upper_only: bool = False
+    #: the dataset's size n where ``drop_last`` alone leaves examples out of each epoch
+    #: (``dataset_size`` is then n - n mod b): an accountant with ``dataset_size=n``
+    #: reads the rate 1/floor(n/b) Opacus records as this loader (floor(n/b) batches per
+    #: epoch, shuffle lower bound 0); one with ``dataset_size`` n - n mod b would read
+    #: whole epochs, every example in a batch, and its lower bound would not hold
+    drop_last_of: Optional[int] = None
 
 
 def _names(obj: Any) -> set:
@@ -237,16 +243,21 @@ def _epoch_sampling(kind: str, source: str, n: Optional[int], used: Optional[int
     if used is None or b is None:
         return LoaderSampling(kind, source, used, b, upper_only=kind == "sequential")
     partial = used != n
+    # examples left out by drop_last alone (an accountant given all n reads that loader)
+    dropped_only = not partial and n is not None
     if drop_last and used % b:
         used = used // b * b
         partial = True
         source += f"; drop_last leaves {used} examples per epoch"
+    else:
+        dropped_only = False
     if used < 1:
         return LoaderSampling("unknown", source + ": no complete batch", n, b)
     if partial and kind == "shuffle":
         source += " (some examples left out of each epoch: upper bound only)"
     return LoaderSampling(kind, source, used, b,
-                          upper_only=kind == "sequential" or partial)
+                          upper_only=kind == "sequential" or partial,
+                          drop_last_of=n if dropped_only else None)
 
 
 def accountant_assumptions(accountant: Any) -> dict:
@@ -330,17 +341,36 @@ def sampler_check(accountant: Any, data_loader: Any, delta: Optional[float] = No
         return None
     assumed = accountant_assumptions(accountant)
     if sampling.sampler == assumed["sampler"]:
+        # a drop_last loader is the accountant's with the dataset's own size n (it reads
+        # the rate 1/floor(n/b) as drop_last); given the n - n mod b examples an epoch
+        # uses, its lower bound would assume every example in a batch of every epoch
+        n_found = (sampling.drop_last_of if sampling.drop_last_of is not None
+                   else sampling.dataset_size)
         sizes = [f"{key}={assumed[key]!r} but the loader has {found!r}"
-                 for key, found in (("dataset_size", sampling.dataset_size),
+                 for key, found in (("dataset_size", n_found),
                                     ("batch_size", sampling.batch_size))
                  if assumed[key] is not None and found is not None and assumed[key] != found]
         message = ""
         if sizes:
             message = (f"the accountant assumes sampler={assumed['sampler']!r} with "
                        + " and ".join(sizes) + ": its epsilon is for another loader")
-            if warn:
-                warnings.warn(message, SamplerMismatchWarning, stacklevel=stacklevel)
-        return SamplerCheck(sampling, assumed, not sizes, None, None, message)
+            if sampling.drop_last_of is not None:
+                message += (f" (the loader drops the last partial batch: give "
+                            f"dataset_size={sampling.drop_last_of}, the dataset's size, "
+                            "and the accountant reads the rate 1/len(loader) as drop_last, "
+                            "with lower bound 0)")
+        elif sampling.upper_only and sampling.drop_last_of is None:
+            # examples left out of each epoch in a way no accountant reads (num_samples
+            # below the dataset, a DistributedSampler trimming it): the upper bound (one
+            # unamplified Gaussian per epoch of the loader's batches) holds, the lower
+            # bound (max of batches) assumes every example in a batch of every epoch
+            message = (f"the data loader feeding training leaves examples out of each "
+                       f"epoch ({sampling.source}): the accountant's {assumed['sampler']} "
+                       "lower bound assumes every example in a batch of every epoch and "
+                       "is not certified for this loader; only its upper bound holds")
+        if message and warn:
+            warnings.warn(message, SamplerMismatchWarning, stacklevel=stacklevel)
+        return SamplerCheck(sampling, assumed, not message, None, None, message)
     sibling, why = sibling_accountant(accountant, sampling)
     implied, when = None, ""
     if sibling is not None and delta is not None:
@@ -404,6 +434,8 @@ def _mismatch_message(sampling: LoaderSampling, assumed: dict, implied: Any,
                     f"neighbouring={getattr(implied, 'neighbouring', '?')!r}).")
     else:
         body = f" The {sampling.sampler} epsilon could not be computed here ({why})." if why else ""
+    if sampling.drop_last_of is not None:
+        n = sampling.drop_last_of          # the accountant reads drop_last given all n
     size = "..." if n is None else str(n)
     batch = "..." if b is None else str(b)
     if sampling.sampler == "poisson":

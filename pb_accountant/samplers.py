@@ -461,8 +461,9 @@ SHUFFLE_BOUNDED_NOTE = (
     "ceil(T / floor(n/b)) epochs in T steps) and the lower bound is 0")
 #: what a shuffled bound cannot read from a rate that names no loader
 SHUFFLE_UNREAD = ("; a rate k/len(loader) (k batches accumulated per recorded step) is "
-                  "not modelled, and the shuffle bound, one batch per step, does not hold "
-                  "for such a run")
+                  "read as k batches, any other as one batch per step (steps of several "
+                  "batches at another rate are not modelled, and the shuffle bound does "
+                  "not hold for such a run)")
 
 
 #: what every shuffled bound assumes of the recorded steps, which it cannot see
@@ -626,11 +627,84 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
                         symmetric)
 
 
+def _accumulated(q: float, lengths) -> Tuple[int, Optional[int]]:
+    """(k, L): k >= 2 where a rate q that names no loader is k/L for a loader length L
+    (Opacus records k/len(loader) for a step over k accumulated batches), within
+    RATE_MATCH; else (1, the length q reads as, None where it names none)."""
+    L = _shuffle_reading(q, lengths)
+    if L is not None:
+        return 1, L
+    for L in lengths:
+        k = round(q * L)
+        if k >= 2 and abs(q - k / L) <= RATE_MATCH * q:
+            return k, L
+    return 1, None
+
+
+#: said where some recorded step accumulated k >= 2 batches (rate k/len(loader))
+SHUFFLE_ACCUMULATED_NOTE = (
+    "upper bound without amplification by shuffling; some recorded steps are k/len(loader), "
+    "k >= 2 batches accumulated per step: the {batches} batches touch at most {charged} "
+    "epochs, {straddle}so the upper bound charges {charged} unamplified Gaussians at the "
+    "smallest sigma with {factor} the sensitivity; the lower bound is 0")
+
+
+def _accumulated_pairs(history, a: Assumptions, noise: NoiseOf, notes, steps
+                       ) -> SampledPairs:
+    """A shuffled run with steps of k accumulated batches (``steps``: (k, L, count) per
+    sampled entry, ``_accumulated``).  The T steps' batches, sum(k count), touch at most
+    E = ceil(sum / floor(n/b)) epochs (every epoch has at least floor(n/b) batches,
+    passes from the run's start); revealing the permutations leaves an adaptive
+    composition in which a step moves by c sens, c the epochs whose batch holding x it
+    contains: c <= 2 (k <= ceil(n/b) batches straddle at most two epochs) and sum c <=
+    E.  Each step is then dominated by a shift of 2 sens and at most E steps move: E
+    pairs of shift 2 sens.  For Gaussian noise the steps compose to a Gaussian with
+    mu^2 = sum (c sens / sigma)^2 <= 2 E (sens / sigma_min)^2: E pairs of shift
+    sqrt(2) sens.  Where every entry reads as one loader length L and no step straddles
+    two epochs (each k divides L and each entry starts on a multiple of its k), c <= 1
+    and E = ceil(sum / L): E pairs of shift sens."""
+    lengths = {L for _, L, _ in steps}
+    aligned = len(lengths) == 1 and None not in lengths
+    if aligned:
+        (L,) = lengths
+        position = 0
+        for k, _, count in steps:
+            aligned = aligned and L % k == 0 and position % k == 0
+            position += k * count
+    per_epoch = L if aligned else a.dataset_size // a.batch_size
+    batches = sum(k * c for k, _, c in steps)
+    charged = -(-batches // per_epoch)
+    sens = 2 if a.neighbouring == "replace_one" else 1
+    sigma = min(s for s, q, c in history if c and q > 0.0)
+    base = noise(sigma)
+    gaussian = isinstance(base, GaussianNoise) and base.sigma > 0.0
+    if aligned:
+        shift, factor = sens, "1 times"
+        straddle = (f"{per_epoch} batches each, and no step straddles two of them "
+                    "(the example is in at most one batch of a step), ")
+    else:
+        shift = sens * math.sqrt(2.0) if gaussian else 2 * sens
+        factor = "sqrt(2) times" if gaussian else "2 times"
+        straddle = (f"at most ceil({batches} / floor(n/b)), and a step may straddle two "
+                    "epochs (the example at most twice in it), ")
+    note = SHUFFLE_ACCUMULATED_NOTE.format(batches=batches, charged=charged,
+                                           straddle=straddle, factor=factor)
+    return SampledPairs(((base.shifted(shift), charged),), (), 0.0, 0, notes + (note,))
+
+
 def _shuffle_pairs(history, a: Assumptions, noise: NoiseOf) -> SampledPairs:
     """``sampled_pairs`` of a shuffled run, by its layout (``shuffle_layout``)."""
     layout = shuffle_layout(history, a)
     B = layout.steps_per_epoch
     lengths = _epoch_lengths(a)
+    steps = [_accumulated(q, lengths) + (int(c),) for _, q, c in history if c and q > 0.0]
+    if any(k > 1 for k, _, _ in steps):
+        # (a rate k/len(loader) is read as k batches; other rates as in the layouts)
+        odd = [e for e in history if e[2] and e[1] > 0.0
+               and _shuffle_reading(e[1], lengths) is None]
+        used = "k batches per step where a rate is k/len(loader), one batch otherwise"
+        notes = tuple(n + SHUFFLE_UNREAD for n in rate_mismatch_notes(odd, a, used))
+        return _accumulated_pairs(history, a, noise, notes + (SHUFFLE_PASSES_NOTE,), steps)
     unread = [e for e in history if e[2] and e[1] > 0.0
               and _shuffle_reading(e[1], lengths) is None]
     used = (f"{B} batches per epoch" if layout.kind != "bounded"

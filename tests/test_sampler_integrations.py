@@ -565,3 +565,48 @@ def test_guard_attach_warns_about_a_shuffled_loader():
         guard.attach(optimizer, data_loader=loader)
     assert guard.loader_check is not None and not guard.loader_check.match
     guard.detach()
+
+
+@needs_samplers
+def test_a_drop_last_loader_matches_the_accountant_given_the_whole_dataset():
+    """DataLoader(3 examples, batch 2, shuffle, drop_last): one example is left out of
+    every epoch.  The shuffle accountant given dataset_size=3 reads Opacus's rate
+    1/len(loader) = 1 as drop_last (lower bound 0) and is this loader's; one given the 2
+    examples an epoch uses reads whole epochs and certified a lower epsilon 4.3765 at
+    delta 1e-5, sigma 1, one step, above the run's true epsilon (at most 4.2816: the
+    example is in the batch with probability 2/3, so by joint convexity delta is at
+    most 2/3 of the Gaussian's).  Before, the check passed that accountant silently and
+    warned about the right one ("dataset_size=3 but the loader has 2")."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.zeros(3, 1)), batch_size=2, shuffle=True,
+                        drop_last=True)
+    assert loader_sampling(loader).drop_last_of == 3
+    right = shuffle_accountant([(1.0, 1.0, 1)], n=3, b=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplerMismatchWarning)
+        assert sampler_check(right, loader, DELTA).match
+    assert right.get_epsilon_bounds(DELTA).lower == 0.0
+    wrong = shuffle_accountant([(1.0, 1.0, 1)], n=2, b=2)
+    assert wrong.get_epsilon_bounds(DELTA).lower > 4.2816          # not a lower bound
+    with pytest.warns(SamplerMismatchWarning, match="give dataset_size=3"):
+        assert not sampler_check(wrong, loader, DELTA).match
+    # the Poisson accountant's warning suggests the size that reads drop_last
+    with pytest.warns(SamplerMismatchWarning, match="dataset_size=3, batch_size=2"):
+        sampler_check(PrivacyBucketsAccountant(), loader, DELTA)
+
+
+@needs_samplers
+def test_a_loader_leaving_examples_out_otherwise_is_upper_bound_only():
+    """RandomSampler(num_samples=2) over 3 examples: an epoch uses 2 of them, which no
+    accountant reads; the shuffle accountant with the loader's sizes is warned that its
+    lower bound (every example in a batch of every epoch) is not certified."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+    data = TensorDataset(torch.zeros(3, 1))
+    loader = DataLoader(data, batch_size=2, sampler=RandomSampler(data, num_samples=2))
+    found = loader_sampling(loader)
+    assert found.upper_only and found.drop_last_of is None and found.dataset_size == 2
+    with pytest.warns(SamplerMismatchWarning, match="lower bound .* not certified"):
+        assert not sampler_check(shuffle_accountant([(1.0, 1.0, 1)], n=2, b=2), loader,
+                                 DELTA).match

@@ -380,7 +380,9 @@ class TestShuffleFullBatchContract(_SamplerContract):
 class TestShuffleContract(_SamplerContract):
     KW = dict(sampler="shuffle", neighbouring="replace_one", dataset_size=100, batch_size=10)
     SENS = 2.0
-    STEPS_PER_GAUSSIAN = 10
+    # (a rate 1 is 10/len(loader): all ten batches of an epoch accumulated in each step,
+    # one Gaussian per step; counted before as one batch per step, one per ten steps)
+    STEPS_PER_GAUSSIAN = 1
 
 
 ALL_CONFIGS = [dict(), dict(neighbouring="replace_one"), dict(neighbouring="replace_special"),
