@@ -7,8 +7,9 @@ from typing import Any, Iterable, List, Optional
 from pb_accountant._validation import check_count, check_delta, check_flag, check_real
 
 from ._common import (BudgetStateError, accountant_state, check_step_defaults,
-                      hook_records_into, find_dp_optimizer, infer_sample_rate, resolve_accountant,
-                      restore_accountant, schedule_in_force, steps_taken)
+                      hook_records_into, find_dp_optimizer, infer_sample_rate,
+                      record_accumulated_step, resolve_accountant, restore_accountant,
+                      schedule_in_force, steps_taken)
 from ._cli_render import exact, up
 from .guard import BudgetGuard
 from .sampling import check_sample_rate
@@ -145,8 +146,9 @@ class BudgetMonitor:
         if sigma is None or q is None:
             raise ValueError("account_steps=True needs noise_multiplier= and sample_rate=")
         if self.sample_rate is not None:
-            q = self.sample_rate * accumulated
-        self.accountant.step(noise_multiplier=sigma, sample_rate=q)
+            record_accumulated_step(self.accountant, sigma, self.sample_rate, accumulated)
+        else:
+            self.accountant.step(noise_multiplier=sigma, sample_rate=q)
 
     def after_step(self, epoch: Optional[int]) -> tuple:
         """(record or None, stop?) after an optimisation step."""

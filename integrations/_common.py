@@ -338,3 +338,15 @@ def check_step_defaults(noise_multiplier, sample_rate) -> Tuple[Optional[float],
     otherwise), checked when it is given rather than inside a training step."""
     return (None if noise_multiplier is None else check_noise_multiplier(noise_multiplier),
             None if sample_rate is None else check_sample_rate(sample_rate))
+
+
+def record_accumulated_step(accountant: Any, noise_multiplier: float, sample_rate: float,
+                            batches: int) -> None:
+    """Record one step over ``batches`` accumulated batches of rate ``sample_rate`` into
+    ``accountant``: the pb accountant's ``step_accumulated`` (which warns where Poisson
+    batches accumulate), another Opacus accountant's ``step`` at the summed rate."""
+    record = getattr(accountant, "step_accumulated", None)
+    if record is not None:
+        record(noise_multiplier=noise_multiplier, sample_rate=sample_rate, batches=batches)
+    else:
+        accountant.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate * batches)

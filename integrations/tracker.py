@@ -36,8 +36,8 @@ from pb_accountant._validation import check_count, check_delta, check_flag
 from pb_accountant.results import EpsilonBounds
 
 from ._common import (accountant_state, accumulated_iterations, epsilon_bounds, find_dp_optimizer,
-                      infer_sample_rate, resolve_accountant, restore_accountant,
-                      schedule_in_force, steps_taken)
+                      infer_sample_rate, record_accumulated_step, resolve_accountant,
+                      restore_accountant, schedule_in_force, steps_taken)
 from .sampling import accountant_assumptions, check_sample_rate, sampler_check
 from .sinks import (BudgetRecord, CSVSink, JSONLinesSink, LoggingSink, Sink,
                     TensorBoardSink, as_sink)
@@ -292,8 +292,8 @@ class BudgetTracker:
             if previous is not None:
                 previous(optim)
             if self._account:
-                self.accountant.step(noise_multiplier=optim.noise_multiplier,
-                                     sample_rate=q * accumulated_iterations(optim))
+                record_accumulated_step(self.accountant, optim.noise_multiplier, q,
+                                        accumulated_iterations(optim))
             try:              # the step is accounted: nothing here may stop its update
                 self.on_step()
             except Exception as exc:

@@ -37,7 +37,8 @@ from .engine import (ENGINE_LIMITS, PrivacyBuckets, adaptive_delta_bounds,
                      upper_only)
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
-from .samplers import (Assumptions, SampledPairs, available_samplers, bracket_lower_delta,
+from .samplers import (ACCUMULATED_POISSON_NOTE, AccumulatedBatchesWarning, Assumptions,
+                       SampledPairs, available_samplers, bracket_lower_delta,
                        bracket_lower_epsilon, check_assumptions, sampled_pairs)
 
 MECHANISM = "pb"
@@ -122,6 +123,7 @@ class PrivacyBucketsAccountant:
         self._written = None          # the entry step() wrote last (its fast path's)
         self._checked = ((), ())      # the history _snapshot saw last, and its entries
         self._composer = Composer(self.options)
+        self._warned_accumulated = False   # (step_accumulated's warning, given once)
 
     # -- history: validated when assigned, and when used ---------------------------------
     @property
@@ -178,6 +180,7 @@ class PrivacyBucketsAccountant:
         self._history = _validated_history(state["history"])
         self._written = None
         self._checked = ((), ())
+        self._warned_accumulated = False
 
     # -- the Opacus contract ----------------------------------------------------------
     @classmethod
@@ -220,10 +223,26 @@ class PrivacyBucketsAccountant:
         """Certified upper bound on epsilon at ``delta``; unknown keywords are ignored."""
         return self._bounds(delta, lower=False).upper
 
+    def step_accumulated(self, *, noise_multiplier: float, sample_rate: float,
+                         batches: int) -> None:
+        """Record one optimisation step over ``batches`` accumulated batches, each drawn
+        with ``sample_rate``: at rate ``batches * sample_rate``, as Opacus records it.
+        Under Poisson sampling with ``batches`` > 1 that rate does not model an example
+        drawn into several batches, so the bounds are not certified for such training:
+        an ``AccumulatedBatchesWarning`` says so (once per accountant)."""
+        k = check_count("batches", batches, minimum=1)
+        q = check_sample_rate(sample_rate)
+        self.step(noise_multiplier=noise_multiplier, sample_rate=q * k)
+        if k > 1 and self._assumptions.sampler == "poisson" and not self._warned_accumulated:
+            self._warned_accumulated = True
+            warnings.warn(ACCUMULATED_POISSON_NOTE.format(k=k), AccumulatedBatchesWarning,
+                          stacklevel=2)
+
     def get_optimizer_hook_fn(self, sample_rate: float) -> Callable[[Any], None]:
         def hook_fn(optim) -> None:
-            self.step(noise_multiplier=optim.noise_multiplier,
-                      sample_rate=sample_rate * optim.accumulated_iterations)
+            self.step_accumulated(noise_multiplier=optim.noise_multiplier,
+                                  sample_rate=sample_rate,
+                                  batches=optim.accumulated_iterations)
 
         return hook_fn
 

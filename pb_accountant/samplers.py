@@ -45,7 +45,8 @@ from .sampled_pairs import (MaxOfBatches, SymmetricSubsampledGaussian,
 __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_assumptions",
            "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout",
            "shuffle_upper_pairs", "shuffle_lower_pairs", "epochs", "available_samplers",
-           "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "MAX_DATASET_SIZE", "GaussianNoise",
+           "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "ACCUMULATED_POISSON_NOTE",
+           "AccumulatedBatchesWarning", "MAX_DATASET_SIZE", "GaussianNoise",
            "IntegerNoise", "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
            "bracket_lower_delta", "delta_bounds", "FIXED_SIZE_REPLACE_NOTE",
            "FIXED_SIZE_MIRRORED_NOTE", "own_mirror"]
@@ -464,6 +465,26 @@ SHUFFLE_UNREAD = ("; a rate k/len(loader) (k batches accumulated per recorded st
                   "read as k batches, any other as one batch per step (steps of several "
                   "batches at another rate are not modelled, and the shuffle bound does "
                   "not hold for such a run)")
+
+
+class AccumulatedBatchesWarning(UserWarning):
+    """A step over several accumulated Poisson batches was recorded at their summed rate
+    (Opacus's convention), which does not model an example drawn into more than one."""
+
+
+#: why a step over k > 1 accumulated Poisson batches, recorded at rate k q, is not
+#: certified: each batch is its own Poisson draw, so an example is in Binomial(k, q) of
+#: them and moves the noised sum by up to k, where the recorded pair moves it by at most
+#: 1 with probability k q (sigma 1, q 0.5, k 2, one step: recorded 4.38 at delta 1e-5,
+#: the step's own epsilon at least 7.99)
+ACCUMULATED_POISSON_NOTE = (
+    "a step over {k} accumulated Poisson batches is recorded at rate {k} x sample_rate "
+    "(Opacus's convention), but each batch is its own Poisson draw: an example may be in "
+    "several of them and move the noised sum by up to {k}, which that rate does not "
+    "model, so the bounds are not certified for this training (they are for one batch of "
+    "that rate per step). Form large batches with Opacus's BatchMemoryManager (one "
+    "Poisson draw per step, split into physical batches) instead of accumulating "
+    "separately drawn batches")
 
 
 #: what every shuffled bound assumes of the recorded steps, which it cannot see
