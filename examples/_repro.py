@@ -54,7 +54,12 @@ def parse_args(name: str, doc: str, argv=None, extra=None) -> argparse.Namespace
     if extra is not None:
         extra(p)
     args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out must be a folder, {str(args.out)!r} is a file")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        p.error(f"--out: cannot create the folder {str(args.out)!r} ({exc.strerror or exc})")
     return args
 
 

@@ -21,6 +21,7 @@ accountants assume.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import time
@@ -42,6 +43,7 @@ except ImportError:  # running from a source checkout without installing
     import pb_accountant  # noqa: F401
 
 from pb_accountant.results import bound_text  # noqa: E402
+from pb_accountant._validation import check_noise_multiplier  # noqa: E402
 from pb_accountant.integrations import BudgetGuard, BudgetTracker, CSVSink, TensorBoardSink  # noqa: E402
 from opacus import PrivacyEngine
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -70,12 +72,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.epochs < 1:
         p.error("--epochs must be >= 1")
-    if not args.sigma > 0:
-        p.error("--sigma must be > 0")
+    try:
+        check_noise_multiplier(args.sigma, "--sigma", allow_zero=False)
+    except ValueError as exc:
+        p.error(str(exc))
     if not 0 < args.delta < 1:
         p.error("--delta must be in (0, 1)")
     if args.batch_size < 1:
         p.error("--batch-size must be >= 1")
+    if not (args.max_epsilon >= 0):
+        p.error("--max-epsilon must be >= 0")
+    if not 0 < args.max_grad_norm < math.inf:
+        p.error("--max-grad-norm must be > 0 and finite")
+    if not 0 < args.lr < math.inf:
+        p.error("--lr must be > 0 and finite")
     return args
 
 

@@ -221,6 +221,10 @@ def main(argv=None) -> int:
     parser.add_argument("--img", default=str(REPO / "docs" / "img"),
                         help="folder of the PNGs (default docs/img)")
     args = parser.parse_args(argv)
+    if args.quick and args.write_doc:
+        parser.error("--write-doc needs the full tables: drop --quick")
+    if Path(args.img).exists() and not Path(args.img).is_dir():
+        parser.error(f"--img must be a folder, {args.img!r} is a file")
     t0 = time.monotonic()
     if args.quick:
         print(table([(1.0, 10)], {"MNIST": DATASETS["MNIST"]}))

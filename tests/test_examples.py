@@ -87,3 +87,51 @@ def test_plot_tensorboard_budget_writes_only_where_told(tmp_path):
     assert res.returncode == 0, res.stderr
     assert out.stat().st_size > 0 and "read 29 steps" in res.stdout
     assert (tracked.read_bytes() if tracked.exists() else None) == before
+
+
+def _load_example(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name.replace(".py", ""),
+                                                  REPO / "examples" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name,flags,names", [
+    ("plot_tensorboard_budget.py", ["--epochs", "0"], "--epochs"),
+    ("plot_tensorboard_budget.py", ["--delta", "2"], "--delta"),
+    ("plot_tensorboard_budget.py", ["--sigma", "-1"], "--sigma"),
+    ("plot_tensorboard_budget.py", ["--batch-size", "0"], "--batch-size"),
+    ("plot_tensorboard_budget.py", ["--max-epsilon", "nan"], "--max-epsilon"),
+    ("train_digits.py", ["--max-epsilon", "-1"], "--max-epsilon"),
+    ("train_digits.py", ["--sigma", "inf"], "--sigma"),
+    ("train_digits.py", ["--sigma", "1e-9"], "--sigma"),
+    ("train_digits.py", ["--max-grad-norm", "0"], "--max-grad-norm"),
+    ("train_digits.py", ["--lr", "nan"], "--lr"),
+])
+def test_examples_refuse_bad_flags_before_training(name, flags, names, capsys):
+    # plot_tensorboard_budget had no checks (--epochs 0 ended in an AttributeError after
+    # training, --delta 2 and --sigma -1 in a ValueError from the tracker); train_digits
+    # let --max-epsilon -1 and --sigma inf reach the guard and Opacus
+    if name == "plot_tensorboard_budget.py":
+        pytest.importorskip("tensorboard")
+    module = _load_example(name)
+    with pytest.raises(SystemExit) as exc:
+        module.parse_args(flags)
+    assert exc.value.code == 2
+    assert names in capsys.readouterr().err
+
+
+def test_which_epsilon_refuses_bad_flags(tmp_path, capsys):
+    # --quick --write-doc had silently written nothing; an --img that is a file had
+    # raised FileExistsError after a minute of tables
+    module = _load_example("which_epsilon.py")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for flags, name in ((["--quick", "--write-doc"], "--write-doc"),
+                        (["--img", str(a_file)], "--img")):
+        with pytest.raises(SystemExit) as exc:
+            module.main(flags)
+        assert exc.value.code == 2
+        assert name in capsys.readouterr().err

@@ -197,7 +197,10 @@ def kov_delta(epsilon0, delta0, compositions, epsilon, *, interpolate: bool = Tr
     delta' = 1 - (1 - delta0)^r (1 - delta_i).  The smallest delta' with eps' <= epsilon
     is returned (delta_i grows with i).  With ``interpolate`` (default) the bound between
     two grid points is the chord in e^eps, valid because delta(eps) is convex in e^eps;
-    this is exactly the optimal KOV curve.  ``interpolate=False`` gives the paper §5.6
+    this is exactly the optimal KOV curve for eps at or above the smallest grid point.
+    Below it (odd r, eps < eps0) the value is a valid but looser bound: r = 1, eps0 =
+    log(0.51/0.49), eps = 0 gives 0.0392 where r-fold randomized response, the optimal
+    curve, has 0.02.  ``interpolate=False`` gives the paper §5.6
     grid values (delta = 1, with a note, below the smallest grid point).
 
     Computed in log space (log-binomials via betaln, logaddexp.accumulate, log1p/expm1)
