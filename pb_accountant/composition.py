@@ -878,6 +878,16 @@ class Composer:
         self._leaf_companions: Tuple[str, ...] = ()
         self._leaf_moments: dict = {}
         self._two_scale_cuts: dict = {}
+        # the split pair's two-scale plans (``_two_scale_plans_of``): how each level's
+        # and each fold's products were made, which the groups' chains repeat; kept
+        # apart from the values, whose byte limit may evict a split state before the
+        # groups' chains read its plans (grid operations, no rows; least recently made
+        # out first beyond _GROUPS_REMEMBERED products)
+        self._two_scale_plans: "OrderedDict[tuple, tuple]" = OrderedDict()
+        self._plans_held = 0
+        # (unit, cfg, k) whose two-scale level k left the floating-point range
+        # (``_two_scale_state``): its powers from k on are squared as ordinary ones
+        self._two_scale_beyond: set = set()
         self._group_members: "OrderedDict[tuple, tuple]" = OrderedDict()
         self._group_pairs = 0
         self._graded_segments: dict = {}
@@ -1275,7 +1285,8 @@ class Composer:
             cached = tuple(self._cached((rep, ("pow", unit, cfg, k))) for rep in reps)
             if all(v is not None for v in cached):
                 return cached         # (the parts' levels may have left the cache)
-            state = self._two_scale_state(unit, k, cfg)
+            state = self._two_scale_state(unit, k, cfg,
+                                          tuple(rep for rep in reps if rep != "split"))
             if state is not None:
                 return self._two_scale_power(reps, unit, k, cfg, state)
         below = lambda r: self._power(r, unit, k - 1, cfg, base)  # noqa: E731
@@ -1323,12 +1334,17 @@ class Composer:
             self._two_scale_cuts[key] = cut
         return self._two_scale_cuts[key]
 
-    def _two_scale_state(self, unit, k: int, cfg):
+    def _two_scale_state(self, unit, k: int, cfg, also=()):
         """The split pair's (bulk, rest, done, plans) after k levels, or None once the
         parts have merged at a level below k (the ordinary squaring then goes on from
-        the merged sum) or where ``unit`` takes no two-scale leaves; ``plans``: how
+        the merged sum), where level k's parts would leave the floating-point range (a
+        group of many pairs: its bulk's scale, about (1/mass)^(2^k), grows with its
+        pairs' count as well; ``two_scale.in_range``), or where ``unit`` takes no
+        two-scale leaves; ``plans``: how
         level k's products were made from level k-1's parts, which the groups' chains
-        repeat (``_two_scale_group_state``)."""
+        repeat (``_two_scale_group_state``).  ``also``: group directions the query
+        reads, whose folds a group's fold makes with the split pair's
+        (``_two_scale_fold``)."""
         from . import two_scale
         key = ("two-scale", "split", unit, cfg, k)
         hit = self._cached(key)
@@ -1337,24 +1353,58 @@ class Composer:
         if self._two_scale_cut(("split",), unit, cfg) is None:
             return None
         if k == 1 and isinstance(unit, tuple):
-            below = self._two_scale_fold(unit, cfg)[:2] + (False,)
+            below = self._two_scale_fold(unit, cfg, also)[:2] + (False,)
         elif k == 1:
             below = self._two_scale_leaves(unit, cfg)
             below = (two_scale.representation(below[0], "split"),
                      two_scale.representation(below[1], "split"), False)
         else:
-            below = self._two_scale_state(unit, k - 1, cfg)
+            below = self._two_scale_state(unit, k - 1, cfg, also)
             if below is None or below[2]:
                 return None
+        if (unit, cfg, k) in self._two_scale_beyond or not two_scale.squarable(below[0]):
+            return None
         cut = self._two_scale_cut(("split",), unit, cfg)
         spacing = two_scale.rest_spacing(cut, k, self.options)
         bulk, rest, plans = two_scale.next_level(below[0], below[1], cfg[1], self.options,
                                                  spacing)
+        if not (two_scale.in_range(bulk) and two_scale.in_range(rest)):
+            # the parts' scales left the floating-point range (any use of such a part
+            # raised): the parts merge at level k - 1 and the ordinary squaring goes on
+            if len(self._two_scale_beyond) > _INTERNED_KEYS:
+                self._two_scale_beyond.clear()
+            self._two_scale_beyond.add((unit, cfg, k))
+            return None
         done = (bulk.split.grid.log_factor >= rest.split.grid.log_factor * (1 - 1e-12)
                 or k >= two_scale.MAX_LEVELS)
         value = (bulk, rest, done, plans)
         self._remember(key, value)
+        self._keep_plans(("level", unit, cfg, k), plans)
         return value
+
+    def _keep_plans(self, key, plans) -> None:
+        """Remember the plans under ``key`` (a level's: one product's; a fold's: one per
+        pair after the first), the oldest forgotten beyond _GROUPS_REMEMBERED products
+        (a schedule that grows by one pair per epoch makes a longer fold every query)."""
+        held = self._two_scale_plans
+        old = held.pop(key, None)
+        if old is not None:
+            self._plans_held -= max(len(old) if key[0] == "fold" else 1, 1)
+        held[key] = plans
+        self._plans_held += max(len(plans) if key[0] == "fold" else 1, 1)
+        while len(held) > 1 and self._plans_held > _GROUPS_REMEMBERED:
+            k, v = held.popitem(last=False)
+            self._plans_held -= max(len(v) if k[0] == "fold" else 1, 1)
+
+    def _two_scale_plans_of(self, unit, k: int, cfg):
+        """The split pair's plans of level k (k >= 1: ``_two_scale_state``'s) or of its
+        fold (k = 0: ``_two_scale_fold``'s), remembered when they were made, else made
+        again (the same plans: each is a function of the unit and ``cfg`` alone)."""
+        plans = self._two_scale_plans.get(("level" if k else "fold", unit, cfg, k))
+        if plans is None:
+            plans = (self._two_scale_state(unit, k, cfg)[3] if k
+                     else self._two_scale_fold(unit, cfg)[2])
+        return plans
 
     def _two_scale_group_state(self, rep: str, unit, k: int, cfg):
         """(bulk, rest) of the groups ``rep`` after k levels, composed on the grids the
@@ -1372,72 +1422,95 @@ class Composer:
         else:
             below = self._two_scale_group_state(rep, unit, k - 1, cfg)
         value = two_scale.next_group_level(below[0], below[1],
-                                           self._two_scale_state(unit, k, cfg)[3])
+                                           self._two_scale_plans_of(unit, k, cfg))
         self._remember(key, value)
         return value
 
-    def _two_scale_fold(self, unit, cfg):
+    def _two_scale_fold(self, unit, cfg, also=()):
         """The split pair's (bulk, rest, plans) of one step of a group ``unit``: its
         pairs' parts folded from the left (``two_scale.next_factor``); ``plans``: how
         each product was made, which the groups' folds repeat.  Every prefix of the
         pairs is a fold of its own, cached under its name and the rest's spacing: a
-        schedule that grows by one pair per epoch folds one more pair per query."""
+        schedule that grows by one pair per epoch folds one more pair per query.
+
+        ``also``: group directions whose folds are made in the same pass, pair by pair
+        (``_two_scale_group_fold``'s values, cached under its names), where they start
+        from the same prefix: each pair's parts are then read once while they are in
+        the cache (a many-pair group's parts can outgrow it, and a fold of the groups
+        after the split pair's would make them all again)."""
         from . import two_scale
         spacing = two_scale.rest_spacing(self._two_scale_cut(("split",), unit, cfg), 0,
                                          self.options)
-
-        def parts(pair):
-            return tuple(two_scale.representation(p, "split")
-                         for p in self._two_scale_leaves(pair, cfg))
-
-        def step(state, pair):
-            bulk, rest, made = two_scale.next_factor(state[:2], parts(pair), cfg[1],
-                                                     self.options, spacing)
-            return bulk, rest, state[2] + (made,)
-
-        return self._fold_pairs("split", unit, cfg, spacing,
-                                lambda pair: parts(pair) + ((),), step)
+        pairs = self._fold_members(unit)
+        names = self._fold_names("split", pairs, cfg, spacing)
+        start, state = self._fold_prefix(names)
+        together = []
+        if start < len(pairs):
+            for rep in dict.fromkeys(also):
+                rep_names = self._fold_names(rep, pairs, cfg, spacing)
+                rep_start, rep_state = self._fold_prefix(rep_names)
+                if rep_start == start:
+                    together.append([rep, rep_names, rep_state])
+        for j in range(start, len(pairs)):
+            leaves = self._two_scale_leaves(pairs[j], cfg)
+            parts = tuple(two_scale.representation(p, "split") for p in leaves)
+            if state is None:
+                state = parts + ((),)
+            else:
+                bulk, rest, made = two_scale.next_factor(state[:2], parts, cfg[1],
+                                                         self.options, spacing)
+                state = (bulk, rest, state[2] + (made,))
+            for entry in together:
+                parts = tuple(two_scale.representation(p, entry[0]) for p in leaves)
+                entry[2] = (parts if entry[2] is None
+                            else two_scale.next_group_factor(entry[2], parts, state[2][j - 1]))
+        if start < len(pairs):
+            self._remember(names[-1], state)
+            for rep, rep_names, rep_state in together:
+                self._remember(rep_names[-1], rep_state)
+        self._keep_plans(("fold", unit, cfg, 0), state[2])
+        return state
 
     def _two_scale_group_fold(self, rep: str, unit, cfg):
         """``_two_scale_fold`` of the groups ``rep``, on the split pair's grids."""
         from . import two_scale
-        split = self._two_scale_fold(unit, cfg)
         spacing = two_scale.rest_spacing(self._two_scale_cut(("split",), unit, cfg), 0,
                                          self.options)
+        pairs = self._fold_members(unit)
+        names = self._fold_names(rep, pairs, cfg, spacing)
+        start, state = self._fold_prefix(names)
+        if start < len(pairs):
+            plans = self._two_scale_plans_of(unit, 0, cfg) if start or len(pairs) > 1 else ()
+        for j in range(start, len(pairs)):
+            parts = tuple(two_scale.representation(p, rep)
+                          for p in self._two_scale_leaves(pairs[j], cfg))
+            state = (parts if state is None
+                     else two_scale.next_group_factor(state, parts, plans[j - 1]))
+        if start < len(pairs):
+            self._remember(names[-1], state)
+        return state
 
-        def parts(pair):
-            return tuple(two_scale.representation(p, rep)
-                         for p in self._two_scale_leaves(pair, cfg))
-
-        def step(state, pair, j):
-            return two_scale.next_group_factor(state, parts(pair), split[2][j - 1])
-
-        return self._fold_pairs(rep, unit, cfg, spacing, parts, step, indexed=True)
-
-    def _fold_pairs(self, rep: str, unit, cfg, spacing, first, step, indexed: bool = False):
-        """``unit``'s pairs folded from the left, ``first(pair)`` the start and
-        ``step(state, pair[, j])`` one more pair, from the longest prefix cached."""
+    def _fold_members(self, unit):
         pairs = self._group_members.get(unit)
         if pairs is None:
             raise RuntimeError(f"internal error: the pairs of group {unit!r} are not known")
+        return pairs
+
+    def _fold_names(self, rep: str, pairs, cfg, spacing):
+        """The cache keys of the folds of every prefix of ``pairs`` for ``rep``."""
         names, prev = [], None
         for pair in pairs:
             prev = self._intern(("pair-fold", prev, pair))
             names.append(("two-scale-fold", rep, prev, spacing, cfg))
-        start, state = 0, None
-        for j in range(len(pairs) - 1, -1, -1):
+        return names
+
+    def _fold_prefix(self, names):
+        """(length, fold) of the longest prefix whose fold is cached ((0, None): none)."""
+        for j in range(len(names) - 1, -1, -1):
             hit = self._cached(names[j])
             if hit is not None:
-                start, state = j + 1, hit
-                break
-        for j in range(start, len(pairs)):
-            if state is None:
-                state = first(pairs[j])
-            else:
-                state = step(state, pairs[j], j) if indexed else step(state, pairs[j])
-        if start < len(pairs):
-            self._remember(names[-1], state)
-        return state
+                return j + 1, hit
+        return 0, None
 
     def _two_scale_leaves(self, unit, cfg):
         from . import two_scale
@@ -1456,7 +1529,8 @@ class Composer:
         for rep in reps:
             if out[rep] is None:
                 if rep == "split":
-                    parts = state[:2] if k else self._two_scale_fold(unit, cfg)[:2]
+                    parts = (state[:2] if k else self._two_scale_fold(
+                        unit, cfg, tuple(r for r in reps if r != "split"))[:2])
                     whole = two_scale.merged(*parts)
                     value = (BucketSet(whole.grid, (("split", (whole.split,)),)), None)
                 else:
@@ -1534,7 +1608,7 @@ class Composer:
         return self._segment(reps, unit, count, low, cfg, base)
 
     def _register_group(self, unit, pairs) -> None:
-        """Remember the pairs of group ``unit`` for its two-scale fold (``_fold_pairs``),
+        """Remember the pairs of group ``unit`` for its two-scale fold (``_two_scale_fold``),
         the most recent first: every composition of the group comes through ``_group``,
         which registers it again, so it is present while its powers are composed; the
         oldest are forgotten beyond _GROUPS_REMEMBERED groups or pairs."""

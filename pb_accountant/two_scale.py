@@ -340,6 +340,20 @@ def rest_spacing(cut: TwoScaleLeaf, level: int, options: BucketOptions) -> float
     return spacing
 
 
+def in_range(part: Part) -> bool:
+    """Whether ``part``'s scales and deviation are finite (and its scales positive): a
+    part whose are not cannot be added back or composed further (its weights in a sum,
+    scale over scale, come out 0 or not finite)."""
+    return (all(math.isfinite(s) and s > 0.0 for s in part.scale)
+            and math.isfinite(part.tau))
+
+
+def squarable(bulk: Part) -> bool:
+    """Whether ``bulk`` squared (``next_level``) keeps finite scales: the square's are
+    the squares of its."""
+    return in_range(bulk) and all(math.isfinite(s * s) for s in bulk.scale)
+
+
 def next_level(bulk: Part, rest: Part, budget: float, options: BucketOptions,
                spacing: float) -> Tuple[Part, Part, tuple]:
     """(B_{k+1}, R_{k+1}) = (B_k B_k, R_k (2 B_k + R_k)) for split-pair parts, and how
