@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import pb_accountant  # noqa: F401  (registers the "pb" accountant with Opacus)
 from pb_accountant.results import bound_text
+from _flags import check_training_flags
 from pb_accountant.integrations import BudgetExceededError, BudgetGuard, BudgetTracker, TensorBoardSink
 from opacus import PrivacyEngine
 
@@ -57,26 +58,8 @@ def parse_args(argv=None):
                    help="the PNG to write (examples/output/ is git-ignored)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    check_flags(p, args)
+    check_training_flags(p, args)
     return args
-
-
-def check_flags(p: argparse.ArgumentParser, args) -> None:
-    """Refuse bad flags with argparse's usage error (exit 2) before any training."""
-    from pb_accountant._validation import check_noise_multiplier
-
-    if args.epochs < 1:
-        p.error("--epochs must be >= 1")
-    try:
-        check_noise_multiplier(args.sigma, "--sigma", allow_zero=False)
-    except ValueError as exc:
-        p.error(str(exc))
-    if args.batch_size < 1:
-        p.error("--batch-size must be >= 1")
-    if not 0 < args.delta < 1:
-        p.error("--delta must be in (0, 1)")
-    if not (args.max_epsilon >= 0):
-        p.error("--max-epsilon must be >= 0")
 
 
 def train(args, logdir: Path):

@@ -43,7 +43,7 @@ except ImportError:  # running from a source checkout without installing
     import pb_accountant  # noqa: F401
 
 from pb_accountant.results import bound_text  # noqa: E402
-from pb_accountant._validation import check_noise_multiplier  # noqa: E402
+from _flags import check_training_flags  # noqa: E402
 from pb_accountant.integrations import BudgetGuard, BudgetTracker, CSVSink, TensorBoardSink  # noqa: E402
 from opacus import PrivacyEngine
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -70,18 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tensorboard", default=None,
                    help="also log the bounds to TensorBoard event files in this directory")
     args = p.parse_args(argv)
-    if args.epochs < 1:
-        p.error("--epochs must be >= 1")
-    try:
-        check_noise_multiplier(args.sigma, "--sigma", allow_zero=False)
-    except ValueError as exc:
-        p.error(str(exc))
-    if not 0 < args.delta < 1:
-        p.error("--delta must be in (0, 1)")
-    if args.batch_size < 1:
-        p.error("--batch-size must be >= 1")
-    if not (args.max_epsilon >= 0):
-        p.error("--max-epsilon must be >= 0")
+    check_training_flags(p, args)
     if not 0 < args.max_grad_norm < math.inf:
         p.error("--max-grad-norm must be > 0 and finite")
     if not 0 < args.lr < math.inf:

@@ -1386,15 +1386,17 @@ class Composer:
         """Remember the plans under ``key`` (a level's: one product's; a fold's: one per
         pair after the first), the oldest forgotten beyond _GROUPS_REMEMBERED products
         (a schedule that grows by one pair per epoch makes a longer fold every query)."""
+        def products(name, value) -> int:
+            return max(len(value), 1) if name[0] == "fold" else 1
+
         held = self._two_scale_plans
         old = held.pop(key, None)
         if old is not None:
-            self._plans_held -= max(len(old) if key[0] == "fold" else 1, 1)
+            self._plans_held -= products(key, old)
         held[key] = plans
-        self._plans_held += max(len(plans) if key[0] == "fold" else 1, 1)
+        self._plans_held += products(key, plans)
         while len(held) > 1 and self._plans_held > _GROUPS_REMEMBERED:
-            k, v = held.popitem(last=False)
-            self._plans_held -= max(len(v) if k[0] == "fold" else 1, 1)
+            self._plans_held -= products(*held.popitem(last=False))
 
     def _two_scale_plans_of(self, unit, k: int, cfg):
         """The split pair's plans of level k (k >= 1: ``_two_scale_state``'s) or of its

@@ -5,27 +5,19 @@ so a quoted bound is still a bound), and every row of the Chua et al. table; the
 cube lower bound is checked against the certified max-of-batches lower bound (same
 statistic: agreement to a relative 5e-3).
 """
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from _examples import load_example
 from pb_accountant import bound_text
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "which-epsilon.md"
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("which_epsilon",
-                                                  REPO / "examples" / "which_epsilon.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ex = _example()
+ex = load_example("which_epsilon")
 
 
 def _table(first_header: str):

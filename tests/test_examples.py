@@ -10,6 +10,8 @@ pytest.importorskip("torch")
 pytest.importorskip("opacus")
 pytest.importorskip("sklearn")
 
+from _examples import load_example  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -72,11 +74,7 @@ def test_train_digits_rejects_bad_flags():
 def test_plot_tensorboard_budget_writes_only_where_told(tmp_path):
     pytest.importorskip("tensorboard")
     pytest.importorskip("matplotlib")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "plot_tensorboard_budget", REPO / "examples" / "plot_tensorboard_budget.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_example("plot_tensorboard_budget")
     default_out = Path(module.parse_args([]).out).resolve()
     assert default_out.parent == (REPO / "examples" / "output").resolve()   # git-ignored
     tracked = REPO / "docs" / "img" / "tensorboard_epsilon.png"
@@ -87,15 +85,6 @@ def test_plot_tensorboard_budget_writes_only_where_told(tmp_path):
     assert res.returncode == 0, res.stderr
     assert out.stat().st_size > 0 and "read 29 steps" in res.stdout
     assert (tracked.read_bytes() if tracked.exists() else None) == before
-
-
-def _load_example(name):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name.replace(".py", ""),
-                                                  REPO / "examples" / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name,flags,names", [
@@ -116,7 +105,7 @@ def test_examples_refuse_bad_flags_before_training(name, flags, names, capsys):
     # let --max-epsilon -1 and --sigma inf reach the guard and Opacus
     if name == "plot_tensorboard_budget.py":
         pytest.importorskip("tensorboard")
-    module = _load_example(name)
+    module = load_example(name)
     with pytest.raises(SystemExit) as exc:
         module.parse_args(flags)
     assert exc.value.code == 2
@@ -126,7 +115,7 @@ def test_examples_refuse_bad_flags_before_training(name, flags, names, capsys):
 def test_which_epsilon_refuses_bad_flags(tmp_path, capsys):
     # --quick --write-doc had silently written nothing; an --img that is a file had
     # raised FileExistsError after a minute of tables
-    module = _load_example("which_epsilon.py")
+    module = load_example("which_epsilon.py")
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     for flags, name in ((["--quick", "--write-doc"], "--write-doc"),

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _examples import load_example
 from conftest import gaussian_delta
 from pb_accountant import (Gaussian, Laplace, RandomizedResponse, SubsampledGaussian,
                            compose)
@@ -342,15 +343,7 @@ def test_fig11_exact_curve_is_the_binomial_sum():
     # certified upper bound 0.039836 (exact: log(0.5099 / 0.49) = 0.039809)
     pytest.importorskip("matplotlib")
     mp = pytest.importorskip("mpmath")
-    import importlib.util
-    sys.path.insert(0, str(REPO / "examples"))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "fig11_randomized_response", REPO / "examples" / "fig11_randomized_response.py")
-        fig11 = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fig11)
-    finally:
-        sys.path.remove(str(REPO / "examples"))
+    fig11 = load_example("fig11_randomized_response")
     mp.mp.dps = 40
     p = mp.mpf(fig11.P)
     for r in (1, 2, 5, 64):
@@ -371,17 +364,8 @@ def test_fig12_page_quotes_todays_numbers():
     # (DP-SGD 26.93 / 38.28 / 51.53 / 67.09 where the script prints 27.13 / 38.60 /
     # 51.39 / 66.37); every cell is recomputed here, to the digits quoted
     pytest.importorskip("matplotlib")
-    import importlib.util
     import re
-    sys.path.insert(0, str(REPO / "examples"))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "fig12_mechanisms", REPO / "examples" / "fig12_mechanisms.py")
-        fig12 = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fig12)
-        from _repro import comparison_epsilons
-    finally:
-        sys.path.remove(str(REPO / "examples"))
+    fig12 = load_example("fig12_mechanisms")
     text = (REPO / "docs" / "reproductions" / "fig12_mechanisms.md").read_text()
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
             if re.match(r"\| (Laplace|Gauss|DP-SGD) \| \d+ \|", line)]
@@ -393,7 +377,7 @@ def test_fig12_page_quotes_todays_numbers():
         dl = float(delta_txt)
         seq = [(pair, r)]
         eb = compose(seq, delta=dl).epsilon_bounds(dl)
-        comp = comparison_epsilons(seq, dl, **which)
+        comp = fig12.comparison_epsilons(seq, dl, **which)
         values = [eb.lower, eb.upper, comp["KOV"], comp["RDP"], comp.get("CDP", math.nan)]
         for cell, value in zip(cells, values):
             if cell == "n/a":
