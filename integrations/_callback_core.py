@@ -60,6 +60,8 @@ class BudgetMonitor:
         self.last_lookahead = None
         self.restored: Optional[str] = None      # "loaded"/"matched" after a resume
         self._guard_state: Optional[dict] = None
+        self.account_steps = False
+        self._refused_seen = 0         # guard.refused_steps when a step was last accounted
 
     @property
     def accountant(self) -> Any:
@@ -91,6 +93,14 @@ class BudgetMonitor:
             self.noise_multiplier = float(opt.noise_multiplier)
         q = infer_sample_rate(sample_rate=self.sample_rate, optimizer=opt, data_loader=data_loader,
                               accountant=self.accountant)
+        if account_steps and q is not None and q * self.accumulation > 1.0:
+            # (each step over that many batches would be recorded at a rate above 1: it
+            # had raised after the first step was taken, unrecorded)
+            raise ValueError(
+                f"sample_rate={q!r} is one batch's, and a step accumulates "
+                f"{self.accumulation} batches: the step's rate {q * self.accumulation!r} "
+                "must be in [0, 1]; pass the rate of one batch (1/len(loader)) or "
+                "accumulate fewer batches")
         self.sample_rate = q
         if q is not None:
             check_sample_rate(q, data_loader, stacklevel=4)
@@ -106,6 +116,8 @@ class BudgetMonitor:
                 self.guard.load_state_dict(self._guard_state)
             if opt is not None and self.guard_optimizer and q is not None:
                 self.guard.attach(opt, sample_rate=q)
+        self.account_steps = account_steps
+        self._refused_seen = 0 if self.guard is None else self.guard.refused_steps
 
     def teardown(self) -> None:
         if self.guard is not None:
@@ -138,10 +150,40 @@ class BudgetMonitor:
         self.last_lookahead = self.guard.last_check
         return True
 
+    def before_optimizer_step(self, optimizer: Any, accumulated: int = 1) -> bool:
+        """With ``account_steps`` and no guard on the optimizer (no ``DPOptimizer``),
+        the guard checks the pending step over ``accumulated`` batches here, before the
+        update; a refused step's gradients are dropped, so the optimizer does not
+        update, and :meth:`account` does not record it.  A stop request alone does not
+        hold every loop: Hugging Face's Trainer takes its first step after a stop at
+        ``on_train_begin``, Lightning goes on below ``min_steps``/``min_epochs``.
+        True when the step may be taken."""
+        guard = self.guard
+        if (not self.account_steps or guard is None or not self.guard_optimizer
+                or guard.attached):
+            return True
+        sigma, q = self._pending()
+        if sigma is None or q is None:
+            return True                    # account() names what is missing
+        if self.sample_rate is not None:
+            q = self.sample_rate * accumulated      # as account() records the step
+        if guard.check(noise_multiplier=sigma, sample_rate=q):
+            return True
+        for group in getattr(optimizer, "param_groups", None) or []:
+            for param in group.get("params", []):
+                param.grad = None          # no gradient: the optimizer skips the update
+        return False
+
     def account(self, accumulated: int = 1) -> None:
         """Step the accountant (for loops whose optimizer does not account) with one
         step over ``accumulated`` batches: sample rate ``accumulated * sample_rate``
-        (Opacus's convention: ``sample_rate`` is one batch's)."""
+        (Opacus's convention: ``sample_rate`` is one batch's).  A step the guard
+        refused (on the optimizer or in :meth:`before_optimizer_step`) made no update
+        and is not recorded."""
+        guard = self.guard
+        if guard is not None and guard.refused_steps != self._refused_seen:
+            self._refused_seen = guard.refused_steps
+            return
         sigma, q = self._pending()
         if sigma is None or q is None:
             raise ValueError("account_steps=True needs noise_multiplier= and sample_rate=")
@@ -228,6 +270,7 @@ class BudgetMonitor:
         self._guard_state = guard
         if self.guard is not None and guard is not None:
             self.guard.load_state_dict(guard)
+            self._refused_seen = self.guard.refused_steps     # not a refusal of a step
         same_budget = bool(guard) and (guard.get("max_epsilon") == self.max_epsilon
                                        and guard.get("delta") == self.delta)
         self.stopped = bool(state.get("stopped")) and same_budget and bool(guard.get("should_stop"))
@@ -244,7 +287,7 @@ class BudgetMonitor:
         if not global_step:
             return
         steps = steps_taken(self.accountant)
-        if self.restored is not None:
+        if self.restored not in (None, "none"):
             refused = (self._guard_state or {}).get("refused_steps", 0)
             if steps is not None and steps + refused < global_step:
                 warnings.warn(
@@ -254,9 +297,13 @@ class BudgetMonitor:
                     RuntimeWarning, stacklevel=3)
             return
         if steps == 0 or (steps is None and not self.tracker.steps_seen):
+            # (a state whose accountant entry is None restores no history either: it had
+            # let training go on from zero with a warning only)
+            held = ("held no privacy-budget state" if self.restored is None
+                    else "held a privacy-budget state without the accountant's history")
             raise BudgetStateError(
                 f"resuming at step {global_step} but the accountant has no history and {where} "
-                "held no privacy-budget state: the privacy already spent would be forgotten. "
+                f"{held}: the privacy already spent would be forgotten. "
                 "Save the callback's state with the checkpoint (docs/training-budget.md, "
                 "'Resuming'), or restore the accountant before training "
                 "(accountant.load_state_dict(...)).")

@@ -616,6 +616,11 @@ class BudgetGuard:
         self._opt_sample_rate = q
         return self
 
+    @property
+    def attached(self) -> bool:
+        """Whether the guard checks an optimizer's steps (``attach``)."""
+        return self._optimizer is not None
+
     def detach(self) -> None:
         """Restore the optimizer's own ``step``."""
         opt = self._optimizer

@@ -224,6 +224,13 @@ class PrivacyBudgetCallback(MonitorView, TrainerCallback):
         self._substeps += 1            # a micro-batch accumulated into the next step
         return control
 
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kw):
+        # account_steps without a DPOptimizer: the guard refuses a step past the budget
+        # here (the Trainer takes its first step even after a stop at on_train_begin)
+        if optimizer is not None:
+            self.monitor.before_optimizer_step(optimizer, self._substeps + 1)
+        return control
+
     def on_step_end(self, args, state, control, **kw):
         accumulated, self._substeps = self._substeps + 1, 0
         if self.account_steps:

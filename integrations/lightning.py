@@ -170,6 +170,11 @@ class PrivacyBudgetCallback(MonitorView, pl.Callback):
             self.monitor.stop_reason = "stopping before the first step: it would exceed the budget"
             trainer.should_stop = True
 
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        # account_steps without a DPOptimizer: the guard refuses a step past the budget
+        # here (Lightning goes on after a stop request below min_steps/min_epochs)
+        self.monitor.before_optimizer_step(optimizer, self._batches + 1)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._batches += 1
         if trainer.global_step == self._last_global_step:

@@ -26,6 +26,7 @@ the tracker's counters and the accountant's history through a checkpoint
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
@@ -168,8 +169,8 @@ class BudgetTracker:
         sibling = check.sibling
         relation = accountant_assumptions(sibling)["neighbouring"]
         try:
-            sibling.history = list(getattr(self.accountant, "history", []) or [])
-            bounds = sibling.get_epsilon_bounds(self.delta)
+            bounds = _bounds_at(sibling, list(getattr(self.accountant, "history", []) or []),
+                                self.delta)
         except Exception as exc:
             if not in_loop:
                 raise
@@ -334,6 +335,12 @@ class BudgetTracker:
         step = check_count("state['step']", state.get("step", 0))
         epoch = check_count("state['epoch']", state.get("epoch", 0))
         seen = check_count("state['steps_seen']", state.get("steps_seen", 0))
+        if state["accountant"] is None and max(step, seen) and steps_taken(self.accountant) == 0:
+            # (it had been taken: the counters restored, the accountant left empty, every
+            # later bound that of the steps after the resume only)
+            raise ValueError(f"state['accountant'] is None but the state counts {max(step, seen)} "
+                             "steps: it holds no history to give this empty accountant "
+                             "(a state from an accountant without state_dict?)")
         restore_accountant(self.accountant, state["accountant"])
         self.step, self.epoch, self.steps_seen = step, epoch, seen
 
@@ -354,3 +361,16 @@ class BudgetTracker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _bounds_at(sibling: Any, history: list, delta: float) -> EpsilonBounds:
+    """The loader sampler's bounds for ``history``, without assigning it to the shared
+    ``sibling``: records made from several threads (a monitoring thread's ``record()``
+    during training) had assigned their histories in turn, so that one record could
+    carry the bracket of another's, staler history (below its own upper bound)."""
+    at = getattr(sibling, "_bounds", None)
+    if at is not None:                     # a PrivacyBucketsAccountant: a query at a history
+        return at(delta, lower=True, history=history)
+    trial = copy.deepcopy(sibling)
+    trial.history = history
+    return trial.get_epsilon_bounds(delta)

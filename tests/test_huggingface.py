@@ -368,3 +368,72 @@ def test_flags_are_true_or_false(name, bad):
     """A truthy stand-in such as "False" would read as the opposite: refused."""
     with pytest.raises(ValueError, match=rf"{name} must be True or False"):
         PrivacyBudgetCallback(PrivacyBucketsAccountant(), delta=1e-5, **{name: bad})
+
+
+def test_account_steps_refused_steps_are_neither_taken_nor_recorded(tmp_path):
+    """account_steps=True: the Trainer takes its first step even after a stop at
+    on_train_begin, and a loop may ignore the stop request.  With a plain optimizer the
+    step past the budget had been taken and recorded (history 1 step over a budget below
+    one step); with a DPOptimizer without an accounting hook the guard refused 5 steps
+    (no update) and the callback recorded them all the same (8 steps for 3 taken).
+    The guard now refuses the step before the update and the refused steps are not
+    recorded."""
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+    quiet_opacus_warnings()
+    loader = DataLoader(Points(), batch_size=BATCH, collate_fn=default_data_collator)
+
+    class IgnoreStop(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            control.should_training_stop = False
+
+    def train(model, optimizer, budget, callbacks=()):
+        acc = PrivacyBucketsAccountant()
+        callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=budget,
+                                         noise_multiplier=SIGMA, sample_rate=Q,
+                                         account_steps=True, log_every_n_steps=1)
+        before = [p.detach().clone() for p in model.parameters()]
+        trainer = DPTrainer(model=model, args=args_for(tmp_path, epochs=1),
+                            train_dataset=Points(), optimizers=(optimizer, None),
+                            callbacks=[callback, *callbacks], dp_loader=loader)
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")        # the shuffled loader's sampler warning
+            trainer.train()
+        moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        return acc, callback, moved
+
+    torch.manual_seed(0)
+    model = TinyClassifier()
+    below_one = 0.5 * fresh_bounds([(SIGMA, Q, 1)], DELTA).upper
+    acc, callback, moved = train(model, torch.optim.SGD(model.parameters(), lr=0.5), below_one)
+    assert acc.history == [] and callback.stopped and not moved
+    assert callback.guard.refused_steps == 1
+
+    k = 3
+    budget = 0.5 * (fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+                    + fresh_bounds([(SIGMA, Q, k + 1)], DELTA).upper)
+    model = GradSampleModule(TinyClassifier())
+    optimizer = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.5), noise_multiplier=SIGMA,
+                            max_grad_norm=1.0, expected_batch_size=BATCH)
+    acc, callback, _ = train(model, optimizer, budget, callbacks=[IgnoreStop()])
+    assert acc.history == [(SIGMA, Q, k)] and callback.guard.refused_steps == 8 - k
+    assert all(r.eps_upper <= budget for r in callback.records)
+
+
+def test_account_steps_with_a_step_rate_above_one_is_refused_before_the_first_step(tmp_path):
+    """sample_rate 0.5 with 3 accumulated batches: each step's rate is 1.5.  It had
+    raised only after the first step was taken (and not recorded); now at train begin."""
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, noise_multiplier=SIGMA, sample_rate=0.5,
+                                     account_steps=True)
+    args = args_for(tmp_path, epochs=1)
+    args.gradient_accumulation_steps = 3
+    model = TinyClassifier()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model=model, args=args, train_dataset=Points(),
+                      data_collator=default_data_collator, callbacks=[callback])
+    with pytest.raises(ValueError, match=r"sample_rate=0\.5 .* 3 batches"):
+        trainer.train()
+    assert acc.history == [] and trainer.state.global_step == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -330,3 +330,65 @@ def test_flags_are_true_or_false(name, bad):
     from pb_accountant import PrivacyBucketsAccountant
     with pytest.raises(ValueError, match=rf"{name} must be True or False"):
         PrivacyBudgetCallback(PrivacyBucketsAccountant(), delta=1e-5, **{name: bad})
+
+
+def test_account_steps_refused_steps_are_neither_taken_nor_recorded(tmp_path):
+    """account_steps=True and min_steps: Lightning goes on after the stop request.  With a
+    plain optimizer the steps past the budget had been taken and recorded (8 for a budget
+    of 3); with a DPOptimizer without an accounting hook the guard refused 5 steps (no
+    update) and the callback recorded them all the same.  The guard now refuses a step
+    before the update and the refused steps are not recorded."""
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+    from pb_accountant import PrivacyBucketsAccountant
+
+    class DPPlainModel(TinyPlainModel):
+        def configure_optimizers(self):
+            self.gsm = [GradSampleModule(self.net)]        # a list: no module cycle
+            return DPOptimizer(torch.optim.SGD(self.parameters(), lr=0.1),
+                               noise_multiplier=SIGMA, max_grad_norm=1.0,
+                               expected_batch_size=BATCH)
+
+    class Params(pl.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            self.seen.append(pl_module.net.weight.detach().clone())
+
+    k = 3
+    budget = 0.5 * (fresh_bounds([(SIGMA, Q, k)], DELTA).upper
+                    + fresh_bounds([(SIGMA, Q, k + 1)], DELTA).upper)
+    for model_type in (TinyPlainModel, DPPlainModel):
+        torch.manual_seed(0)
+        acc = PrivacyBucketsAccountant()
+        callback = PrivacyBudgetCallback(acc, delta=DELTA, max_epsilon=budget,
+                                         noise_multiplier=SIGMA, sample_rate=Q,
+                                         account_steps=True, log_every_n_steps=1)
+        params = Params()
+        trainer = pl.Trainer(max_epochs=1, min_steps=6, accelerator="cpu", devices=1,
+                             callbacks=[callback, params], logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=str(tmp_path))
+        trainer.fit(model_type(), train_dataloaders=TinyData().train_dataloader())
+        assert trainer.global_step > k
+        assert acc.history == [(SIGMA, Q, k)], model_type
+        assert callback.guard.refused_steps == trainer.global_step - k
+        assert all(torch.equal(w, params.seen[k - 1]) for w in params.seen[k:])
+        assert all(r.eps_upper <= budget for r in callback.records)
+
+
+def test_account_steps_with_a_step_rate_above_one_is_refused_before_the_first_step(tmp_path):
+    """sample_rate 0.5 with accumulate_grad_batches=3: each step's rate is 1.5.  It had
+    raised only after the first step was taken (and not recorded); now at train start."""
+    from pb_accountant import PrivacyBucketsAccountant
+    acc = PrivacyBucketsAccountant()
+    callback = PrivacyBudgetCallback(acc, delta=DELTA, noise_multiplier=SIGMA, sample_rate=0.5,
+                                     account_steps=True)
+    trainer = pl.Trainer(max_epochs=1, accumulate_grad_batches=3, accelerator="cpu",
+                         devices=1, callbacks=[callback], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"sample_rate=0\.5 .* 3 batches"):
+        trainer.fit(TinyPlainModel(), train_dataloaders=TinyData().train_dataloader())
+    assert acc.history == [] and trainer.global_step == 0

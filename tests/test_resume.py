@@ -359,3 +359,30 @@ def test_lightning_two_callbacks_keep_separate_states_and_old_checkpoints_load(t
         third, datamodule=DPLightningDataModule(tl.TinyData()), ckpt_path=legacy)
     assert cb3.monitor.restored == "loaded"
     assert steps_of(third.privacy_engine.accountant) == K and cb3.stopped
+
+
+def test_a_state_without_the_accountants_history_does_not_resume_from_zero():
+    """A state whose accountant entry is None (saved over an accountant without
+    state_dict, or corrupted) restores no history.  The tracker had taken it (step 100,
+    the accountant empty: every later bound that of the new steps only) and a callback
+    resuming at step 100 had gone on from zero with a RuntimeWarning only, where a
+    checkpoint without any state raises BudgetStateError."""
+    from pb_accountant.integrations._callback_core import STATE_FORMAT, BudgetMonitor
+    acc = PrivacyBucketsAccountant()
+    tracker = BudgetTracker(acc, DELTA, sinks=[])
+    with pytest.raises(ValueError, match=r"state\['accountant'\] is None .* 100 steps"):
+        tracker.load_state_dict({"accountant": None, "step": 100, "epoch": 3,
+                                 "steps_seen": 100})
+    assert tracker.step == 0 and acc.history == []
+    tracker.load_state_dict({"accountant": None, "step": 0, "epoch": 0, "steps_seen": 0})
+    opacus_restored = PrivacyBucketsAccountant()                  # the history came back
+    opacus_restored.history = [(SIGMA, Q, 100)]                   # another way: fine
+    BudgetTracker(opacus_restored, DELTA, sinks=[]).load_state_dict(
+        {"accountant": None, "step": 100, "epoch": 3, "steps_seen": 100})
+
+    monitor = BudgetMonitor(acc, DELTA, budget(), None, True, [], SIGMA, Q, True)
+    monitor.load_state_dict({"format": STATE_FORMAT, "accountant": None,
+                             "tracker": {"epoch": 3, "steps_seen": 100}, "guard": None})
+    with pytest.raises(BudgetStateError, match="without the accountant's history"):
+        monitor.check_resume(100, "the checkpoint")
+    assert acc.history == []

@@ -610,3 +610,46 @@ def test_a_loader_leaving_examples_out_otherwise_is_upper_bound_only():
     with pytest.warns(SamplerMismatchWarning, match="lower bound .* not certified"):
         assert not sampler_check(shuffle_accountant([(1.0, 1.0, 1)], n=2, b=2), loader,
                                  DELTA).match
+
+
+@needs_samplers
+def test_concurrent_records_carry_the_loader_bracket_of_their_own_history():
+    """A record computes the shuffled loader's bracket with a sibling accountant shared
+    by all records.  The history used to be assigned to it before the query, so a record
+    made from another thread meanwhile (a monitoring thread's record() during training)
+    had replaced it: the first record carried the other's bracket.  Here the second
+    record runs, to completion, in a thread started inside the first one's query."""
+    import threading
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.zeros(N, 2)), batch_size=BATCH, shuffle=True)
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(SIGMA, Q, 8)]          # one epoch; the next step starts another
+    tracker = BudgetTracker(acc, DELTA, sinks=[])
+    with pytest.warns(SamplerMismatchWarning):
+        tracker.check_loader(loader)
+    sibling = tracker.loader_check.sibling
+    before = list(sibling.history)
+    nested = []
+
+    def query(*args, **kwargs):
+        if not nested:
+            nested.append(None)
+            def other():
+                acc.step(noise_multiplier=SIGMA, sample_rate=Q)        # step 9
+                nested[0] = tracker.record(step=9)
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+        return type(sibling)._bounds(sibling, *args, **kwargs)
+
+    sibling._bounds = query
+    first = tracker.record(step=8)
+    expected = {8: shuffle_accountant([(SIGMA, Q, 8)]).get_epsilon_bounds(DELTA),
+                9: shuffle_accountant([(SIGMA, Q, 9)]).get_epsilon_bounds(DELTA)}
+    assert expected[8].upper < expected[9].upper
+    for record in (first, nested[0]):
+        bounds = expected[record.step]
+        assert (record.loader_eps_lower, record.loader_eps_upper) == (bounds.lower,
+                                                                      bounds.upper)
+    assert list(sibling.history) == before
