@@ -368,9 +368,9 @@ def _bounds_at(sibling: Any, history: list, delta: float) -> EpsilonBounds:
     ``sibling``: records made from several threads (a monitoring thread's ``record()``
     during training) had assigned their histories in turn, so that one record could
     carry the bracket of another's, staler history (below its own upper bound)."""
-    at = getattr(sibling, "_bounds", None)
-    if at is not None:                     # a PrivacyBucketsAccountant: a query at a history
-        return at(delta, lower=True, history=history)
+    of = getattr(sibling, "epsilon_bounds_of", None)
+    if of is not None:                     # a PrivacyBucketsAccountant: a what-if query
+        return of(history, delta)
     trial = copy.deepcopy(sibling)
     trial.history = history
     return trial.get_epsilon_bounds(delta)

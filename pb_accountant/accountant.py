@@ -377,6 +377,13 @@ class PrivacyBucketsAccountant:
         return {a.sampler: self._bounds(delta, lower=True, history=history, assumptions=a)
                 for a in available_samplers(self._assumptions)}
 
+    def epsilon_bounds_of(self, history, delta: float) -> EpsilonBounds:
+        """Both bounds at ``delta`` of another ``history`` ([(noise_multiplier,
+        sample_rate, num_steps), ...], validated) under this accountant's sampler,
+        neighbouring relation and options, without changing its own history (a what-if
+        query; one that extends a history queried before reuses its compositions)."""
+        return self._bounds(delta, lower=True, history=list(history))
+
     def epsilon_after(self, delta: float, *, noise_multiplier: float, sample_rate: float,
                       num_steps: int = 1, lower: bool = False) -> EpsilonBounds:
         """Bounds the history would have after ``num_steps`` more steps (no state change).

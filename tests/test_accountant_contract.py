@@ -671,3 +671,19 @@ def test_published_opacus_value_is_bracketed():
     assert b.lower <= 6.7774 + 1e-3
     assert b.upper <= rdp_eps(history) < 7.3291 + 1e-3     # RDP at 2250 steps: 7.3291
     assert (b.upper - b.lower) / b.upper < 1e-3
+
+
+def test_epsilon_bounds_of_another_history_leaves_the_accountants_own():
+    """A what-if query: the bounds of another history, bitwise those of an accountant
+    holding it, with the accountant's own history untouched; a malformed history is
+    refused naming the entry."""
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(1.1, 0.01, 50)]
+    other = [(1.1, 0.01, 50), (0.9, 0.02, 30)]
+    fresh = PrivacyBucketsAccountant()
+    fresh.history = list(other)
+    assert acc.epsilon_bounds_of(other, 1e-5) == fresh.get_epsilon_bounds(1e-5)
+    assert acc.history == [(1.1, 0.01, 50)]
+    with pytest.raises(ValueError, match=r"history\[1\]"):
+        acc.epsilon_bounds_of([(1.1, 0.01, 50), (0.9, 2.0, 30)], 1e-5)
+    assert acc.history == [(1.1, 0.01, 50)]
