@@ -37,7 +37,7 @@ from .engine import (ENGINE_LIMITS, PrivacyBuckets, adaptive_delta_bounds,
                      upper_only)
 from .mechanisms import DiscretePair, MechanismPair, SubsampledGaussian
 from .results import DeltaBounds, EpsilonBounds, PrivacyCurve
-from .samplers import (ACCUMULATED_POISSON_NOTE, AccumulatedBatchesWarning, Assumptions,
+from .samplers import (AccumulatedBatchesWarning, Assumptions, accumulated_step_note,
                        SampledPairs, available_samplers, bracket_lower_delta,
                        bracket_lower_epsilon, check_assumptions, sampled_pairs)
 
@@ -227,16 +227,23 @@ class PrivacyBucketsAccountant:
                          batches: int) -> None:
         """Record one optimisation step over ``batches`` accumulated batches, each drawn
         with ``sample_rate``: at rate ``batches * sample_rate``, as Opacus records it.
-        Under Poisson sampling with ``batches`` > 1 that rate does not model an example
-        drawn into several batches, so the bounds are not certified for such training:
-        an ``AccumulatedBatchesWarning`` says so (once per accountant)."""
+        Under Poisson or fixed-size sampling with ``batches`` > 1 that rate does not
+        model an example drawn into several batches, and a shuffled run's rate that is
+        not ``batches``/len(loader) is read as one batch per step, so the bounds are not
+        certified for such training: an ``AccumulatedBatchesWarning`` says so (once per
+        accountant)."""
         k = check_count("batches", batches, minimum=1)
         q = check_sample_rate(sample_rate)
+        if q * k > 1.0:
+            # (step() would name only the product, a sample_rate the caller never gave)
+            raise ValueError(f"batches x sample_rate must be at most 1 (the rate of the "
+                             f"step), got {k!r} x {q!r} = {q * k!r}")
         self.step(noise_multiplier=noise_multiplier, sample_rate=q * k)
-        if k > 1 and self._assumptions.sampler == "poisson" and not self._warned_accumulated:
-            self._warned_accumulated = True
-            warnings.warn(ACCUMULATED_POISSON_NOTE.format(k=k), AccumulatedBatchesWarning,
-                          stacklevel=2)
+        if k > 1 and not self._warned_accumulated:
+            note = accumulated_step_note(self._assumptions, q, k, q * k)
+            if note is not None:
+                self._warned_accumulated = True
+                warnings.warn(note, AccumulatedBatchesWarning, stacklevel=2)
 
     def get_optimizer_hook_fn(self, sample_rate: float) -> Callable[[Any], None]:
         def hook_fn(optim) -> None:

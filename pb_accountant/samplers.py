@@ -46,6 +46,7 @@ __all__ = ["SAMPLERS", "NEIGHBOURING", "Assumptions", "SampledPairs", "check_ass
            "sampled_pairs", "step_pairs", "shuffle_layout", "ShuffleLayout",
            "shuffle_upper_pairs", "shuffle_lower_pairs", "epochs", "available_samplers",
            "SHUFFLE_NOTE", "SHUFFLE_PASSES_NOTE", "ACCUMULATED_POISSON_NOTE",
+           "ACCUMULATED_FIXED_SIZE_NOTE", "ACCUMULATED_SHUFFLE_NOTE",
            "AccumulatedBatchesWarning", "MAX_DATASET_SIZE", "GaussianNoise",
            "IntegerNoise", "gaussian_noise", "lower_correction", "bracket_lower_epsilon",
            "bracket_lower_delta", "delta_bounds", "FIXED_SIZE_REPLACE_NOTE",
@@ -485,6 +486,52 @@ ACCUMULATED_POISSON_NOTE = (
     "that rate per step). Form large batches with Opacus's BatchMemoryManager (one "
     "Poisson draw per step, split into physical batches) instead of accumulating "
     "separately drawn batches")
+#: the same for fixed-size batches: each of the k batches is its own draw of b of the n
+#: examples, so an example is in Binomial(k, b/n) of them, while the fixed-size bound
+#: charges one batch per step (b/n from the sizes, or the recorded rate k b/n as g):
+#: n 4, b 2, sigma 1, k 2, one step under add_remove certified delta 0.2105 at eps 1
+#: where the run with every other example at -1 has 0.4476
+ACCUMULATED_FIXED_SIZE_NOTE = (
+    "a step over {k} accumulated fixed-size batches is recorded at rate {k} x sample_rate "
+    "(Opacus's convention), but each batch is its own draw of batch_size examples: an "
+    "example may be in several of them and move the noised sum by up to {k} times the "
+    "sensitivity, which the fixed_size bound (one batch per step) does not model, so the "
+    "bounds are not certified for this training. Draw one batch of {k} x batch_size per "
+    "step (split into physical batches) instead")
+#: a shuffled run's accumulated step whose summed rate the shuffle bound cannot read as
+#: k batches (``_accumulated``): it is then read as one batch per step (n 10, b 3,
+#: sample_rate b/n = 0.3 given by hand, k 2, 8 steps, replace_one, sigma 1: upper
+#: epsilon 15.46 at delta 1e-5, the run's delta there about 3.7e-3)
+ACCUMULATED_SHUFFLE_NOTE = (
+    "a step over {k} accumulated shuffled batches is recorded at rate {k} x {q!r} = "
+    "{rate!r}, which is not {k}/len(loader) for dataset_size {n} and batch_size {b} "
+    "(len(loader) {lengths}): the shuffle bound reads such a rate as one batch per step, "
+    "so the bounds are not certified for this training. Give the sample rate Opacus "
+    "records, 1/len(loader) (not batch_size/dataset_size)")
+
+
+def accumulated_step_note(a: Assumptions, sample_rate: float, batches: int,
+                          rate: float) -> Optional[str]:
+    """Why a step over ``batches`` accumulated batches of ``sample_rate``, recorded at
+    ``rate`` (their sum), is not certified under ``a``; None where it is (one batch, or
+    a shuffled run whose rate reads as at least that many batches)."""
+    if batches <= 1:
+        return None
+    if a.sampler == "poisson":
+        return ACCUMULATED_POISSON_NOTE.format(k=batches)
+    if a.sampler == "fixed_size":
+        return ACCUMULATED_FIXED_SIZE_NOTE.format(k=batches)
+    # (a rate read as k' >= k batches is counted soundly: k' > k only where the rate is
+    # 1, every step a whole epoch of either loader)
+    lengths = _epoch_lengths(a)
+    read, length = _accumulated(rate, lengths)
+    if lengths == (2, 1) and (read, length) == (1, 1):
+        read = 2         # (the rate 1 of 2/2: _shuffle_pairs reads it as two where needed)
+    if read >= batches:
+        return None
+    return ACCUMULATED_SHUFFLE_NOTE.format(
+        k=batches, q=sample_rate, rate=rate, n=a.dataset_size, b=a.batch_size,
+        lengths=" or ".join(str(L) for L in lengths))
 
 
 #: what every shuffled bound assumes of the recorded steps, which it cannot see
@@ -651,15 +698,20 @@ def sampled_pairs(history, sampler: str = "poisson", neighbouring: str = "add_re
 def _accumulated(q: float, lengths) -> Tuple[int, Optional[int]]:
     """(k, L): k >= 2 where a rate q that names no loader is k/L for a loader length L
     (Opacus records k/len(loader) for a step over k accumulated batches), within
-    RATE_MATCH; else (1, the length q reads as, None where it names none)."""
+    RATE_MATCH, the closer of the lengths where both are (near 10^6 batches per epoch
+    k/ceil(n/b) and k/floor(n/b) both lie within RATE_MATCH: the first had been taken,
+    reading a drop_last loader's steps as aligned with epochs of ceil(n/b) batches);
+    else (1, the length q reads as, None where it names none)."""
     L = _shuffle_reading(q, lengths)
     if L is not None:
         return 1, L
+    best = None
     for L in lengths:
         k = round(q * L)
-        if k >= 2 and abs(q - k / L) <= RATE_MATCH * q:
-            return k, L
-    return 1, None
+        gap = abs(q - k / L)
+        if k >= 2 and gap <= RATE_MATCH * q and (best is None or gap < best[0]):
+            best = (gap, k, L)
+    return (1, None) if best is None else best[1:]
 
 
 #: said where some recorded step accumulated k >= 2 batches (rate k/len(loader))
@@ -719,6 +771,13 @@ def _shuffle_pairs(history, a: Assumptions, noise: NoiseOf) -> SampledPairs:
     B = layout.steps_per_epoch
     lengths = _epoch_lengths(a)
     steps = [_accumulated(q, lengths) + (int(c),) for _, q, c in history if c and q > 0.0]
+    if lengths == (2, 1) and any(L != 1 for _, L, _ in steps):
+        # b < n < 2b: the rate 1 is one batch of the drop_last loader (one batch per
+        # epoch) or two of the other (2/2), and beside steps of the other loader it is
+        # read as the latter, which may straddle two epochs (n 4, b 3, steps of 1, 2, 2
+        # batches, integer noise: read as three drop_last epochs, the certified delta
+        # at eps 2 was 0.3721 against the run's exact 0.3793 under replace_special)
+        steps = [(2, 2, c) if (k, L) == (1, 1) else (k, L, c) for k, L, c in steps]
     if any(k > 1 for k, _, _ in steps):
         # (a rate k/len(loader) is read as k batches; other rates as in the layouts)
         odd = [e for e in history if e[2] and e[1] > 0.0
