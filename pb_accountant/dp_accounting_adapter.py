@@ -443,8 +443,9 @@ class PrivacyBucketsDpAccountant(privacy_accountant.PrivacyAccountant):
     def engine(self, delta: Optional[float] = None) -> PrivacyBuckets:
         """The engine's bounds object for the composed history (both bounds); an
         engine limit answers the trivial bounds with the reason, as ``compose``'s."""
+        history = self._history()
         return answering_limits(lambda: compose_history(
-            self._pb._composer, self._history(), delta, ("split", "grouped")), delta)
+            self._pb._composer, history, delta, ("split", "grouped")), delta, history)
 
     def get_tradeoff_bounds(self, fpr=None, **kwargs):
         """Certified bounds on the trade-off curve and the attacker's TPR at ``fpr``

@@ -58,17 +58,28 @@ def _warn_limit(what: str, reason: str) -> None:
                   stacklevel=4)
 
 
-def trivial_epsilon_bounds(delta: float, reason: str) -> EpsilonBounds:
-    """Epsilon in [0, inf] at ``delta``, valid for every mechanism, with ``reason``."""
-    return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,))
+def _cap_note(cap: float) -> Tuple[str, ...]:
+    return (() if math.isinf(cap) else
+            (f"the upper bound is the history's largest total privacy loss, {cap:.6g} "
+             "(every pair's loss is bounded: pure DP)",))
 
 
-def trivial_delta_bounds(epsilon, reason: str) -> DeltaBounds:
-    """Delta in [0, 1] at ``epsilon`` (one or an array), valid for every mechanism."""
+def trivial_epsilon_bounds(delta: float, reason: str, cap: float = math.inf) -> EpsilonBounds:
+    """Epsilon in [0, inf] at ``delta``, valid for every mechanism, with ``reason``; in
+    [0, ``cap``] for a history whose total loss is at most ``cap`` (``history_loss_cap``:
+    pure DP, as the dp_accounting adapter answers its limits; RandomizedResponse(0.8)
+    10^9 times had answered inf, not 1.39e9)."""
+    return EpsilonBounds(delta, 0.0, cap, "none", None, (reason,) + _cap_note(cap))
+
+
+def trivial_delta_bounds(epsilon, reason: str, cap: float = math.inf) -> DeltaBounds:
+    """Delta in [0, 1] at ``epsilon`` (one or an array), valid for every mechanism; 0
+    from ``cap`` (``trivial_epsilon_bounds``) on."""
     eps = np.asarray(epsilon, dtype=float)
+    up = np.where(eps >= cap, 0.0, 1.0)
     if eps.ndim == 0:
-        return DeltaBounds(float(eps), 0.0, 1.0, "none", None, (reason,))
-    return DeltaBounds(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None, (reason,))
+        return DeltaBounds(float(eps), 0.0, float(up), "none", None, (reason,))
+    return DeltaBounds(eps, np.zeros(eps.shape), up, "none", None, (reason,))
 
 
 def history_loss_cap(history) -> float:
@@ -123,17 +134,23 @@ class PrivacyBuckets:
             self._build()
 
     @classmethod
-    def beyond_limits(cls, error: BaseException, delta_target: Optional[float] = None
-                      ) -> "PrivacyBuckets":
+    def beyond_limits(cls, error: BaseException, delta_target: Optional[float] = None,
+                      history=None) -> "PrivacyBuckets":
         """A composition that reached an engine limit, ``error`` (one of ENGINE_LIMITS):
-        every query answers the trivial bounds (delta in [0, 1], epsilon in [0, inf])
-        with the reason in its notes."""
-        beyond = cls(None, delta_target)
+        every query answers the trivial bounds (delta in [0, 1], epsilon in [0, inf];
+        the pure-DP bound of ``history`` where its losses are bounded) with the reason
+        in its notes."""
+        beyond = cls(None, delta_target, history)
         beyond.limit_error = error
         beyond.limit_reason = engine_limit_reason(
             error, "the trivial bounds are valid but uninformative")
         beyond.answers_limits = True
         return beyond
+
+    def _cap(self, method: Optional[str]) -> float:
+        """The pure-DP bound the best bounds (``method`` None) take besides the grid's,
+        also at an engine limit (``history_loss_cap``; inf where a loss is unbounded)."""
+        return self.loss_cap if method is None else math.inf
 
     def _answer(self, what: str, query, trivial):
         """``query()``, or ``trivial(reason)`` where this composition reached an engine
@@ -255,7 +272,7 @@ class PrivacyBuckets:
         eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
         names = self._method_names(self._upper, method, "upper")
         return self._answer("delta", lambda: self._delta_upper(eps, method, names),
-                            lambda reason: np.ones_like(eps))
+                            lambda reason: np.where(eps >= self._cap(method), 0.0, 1.0))
 
     def _delta_upper(self, eps: np.ndarray, method: Optional[str], names) -> np.ndarray:
         if self.buckets is None:
@@ -294,7 +311,8 @@ class PrivacyBuckets:
         up_names = self._method_names(self._upper, up_method, "upper")
         return self._answer(
             "delta", lambda: self._delta_bounds(eps, scalar, method, up_names, low_names),
-            lambda reason: trivial_delta_bounds(eps[0] if scalar else eps, reason))
+            lambda reason: trivial_delta_bounds(eps[0] if scalar else eps, reason,
+                                                self._cap(method)))
 
     def _delta_bounds(self, eps: np.ndarray, scalar: bool, method: Optional[str], up_names,
                       low_names) -> DeltaBounds:
@@ -342,7 +360,7 @@ class PrivacyBuckets:
             return 0.0
         names = self._method_names(self._upper, method, "upper")
         return self._answer("epsilon", lambda: self._epsilon_upper(delta, method, names),
-                            lambda reason: math.inf)
+                            lambda reason: self._cap(method))
 
     def _epsilon_upper(self, delta: float, method: Optional[str], names) -> float:
         best = self._grid_epsilon_upper(delta, names)
@@ -380,7 +398,7 @@ class PrivacyBuckets:
         return self._answer(
             "epsilon", lambda: self._epsilon_bounds(delta, method, up_method, up_names,
                                                     lo_names),
-            lambda reason: trivial_epsilon_bounds(delta, reason))
+            lambda reason: trivial_epsilon_bounds(delta, reason, self._cap(method)))
 
     def _epsilon_bounds(self, delta: float, method: Optional[str], up_method, up_names,
                         lo_names) -> EpsilonBounds:
@@ -427,8 +445,8 @@ class PrivacyBuckets:
         def trivial(reason):
             eps = (np.linspace(0.0, 1.0, num) if epsilons is None
                    else np.asarray(epsilons, dtype=float))
-            return PrivacyCurve(eps, np.zeros(eps.shape), np.ones(eps.shape), "none", None,
-                                (reason,))
+            up = np.where(eps >= self.loss_cap, 0.0, 1.0)
+            return PrivacyCurve(eps, np.zeros(eps.shape), up, "none", None, (reason,))
 
         return self._answer("the privacy curve", curve, trivial)
 
@@ -479,17 +497,18 @@ def compose(sequence, *, delta: Optional[float] = None,
     history = canonical_history(sequence)
     return answering_limits(
         lambda: PrivacyBuckets(composer.compose(history, delta, methods), delta, history),
-        delta)
+        delta, history)
 
 
-def answering_limits(build, delta: Optional[float] = None) -> PrivacyBuckets:
+def answering_limits(build, delta: Optional[float] = None, history=None) -> PrivacyBuckets:
     """``build()``, a PrivacyBuckets, as handed to a user: an engine limit met while
     composing it or querying it answers the trivial bounds with the reason in
-    ``notes`` (``PrivacyBuckets.answers_limits``; ``delta``: the target it composes for)."""
+    ``notes`` (``PrivacyBuckets.answers_limits``; ``delta``: the target it composes for;
+    ``history``: the canonical history, whose pure-DP bound the trivial answers keep)."""
     try:
         composed = build()
     except ENGINE_LIMITS as exc:
-        return PrivacyBuckets.beyond_limits(exc, delta)
+        return PrivacyBuckets.beyond_limits(exc, delta, history)
     composed.answers_limits = True
     return composed
 
@@ -994,7 +1013,9 @@ def epsilon_bounds(sequence, delta: float, **options) -> EpsilonBounds:
         return adaptive_epsilon_bounds(composer, history, delta)
     except ENGINE_LIMITS as exc:
         # (as the accountant answers: the valid looser bounds, the reason, a warning)
-        reason = engine_limit_reason(exc, "the upper bound inf is valid but uninformative")
+        cap = history_loss_cap(history)
+        reason = engine_limit_reason(exc, "the upper bound inf is valid but uninformative"
+                                     if math.isinf(cap) else "the bounds are valid but loose")
         warnings.warn(f"pb accountant could not certify epsilon: {reason}", RuntimeWarning,
                       stacklevel=2)
-        return trivial_epsilon_bounds(delta, reason)
+        return trivial_epsilon_bounds(delta, reason, cap)

@@ -996,6 +996,18 @@ def _straddling_atoms(t, losses, loss_error, *, swapped: bool):
     return i[keep], at[keep], lo[keep], hi[keep], e[keep]
 
 
+def store_floats(pair, **values) -> None:
+    """Store each checked parameter of a frozen ``pair`` as the Python float its check
+    returned.  A numpy scalar kept as given made the pair's arithmetic run in its
+    precision (numpy 2: a Python float meets an np.float16 as float16): a
+    SubsampledLaplace of np.float16(0.5) and np.float16(0.25) certified [2.86230,
+    2.86230] where the pair of the same doubles has epsilon in [2.86311, 2.86338]; a
+    Laplace of an np.float32, a 0-d array or a Fraction raised TypeError in every
+    query."""
+    for name, value in values.items():
+        object.__setattr__(pair, name, value)
+
+
 class MechanismPair:
     """A worst-case pair (A, B); subclasses describe atoms and a continuous part."""
 
@@ -1282,8 +1294,10 @@ class SubsampledGaussian(MechanismPair):
     def __post_init__(self):
         # a pair needs a real Gaussian: sigma = 0 is DiscretePair((1-q, q), (1, 0)), which
         # the accountant builds itself (step_pair); q = 0 is no pair at all
-        check_noise_multiplier(self.noise_multiplier, allow_zero=False)
-        check_sample_rate(self.sample_rate, allow_zero=False)
+        store_floats(self,
+                     noise_multiplier=check_noise_multiplier(self.noise_multiplier,
+                                                             allow_zero=False),
+                     sample_rate=check_sample_rate(self.sample_rate, allow_zero=False))
 
     def _x_of_loss(self, t, _inner=None):
         """End point x(t); ``_inner``: ``_inner_parts(t)`` if already computed."""
@@ -1453,15 +1467,17 @@ class Gaussian(MechanismPair):  # noqa: D101 - documented below
     swapped: bool = False
 
     def __post_init__(self):
-        check_real("sigma", self.sigma, low=MIN_NOISE * 1e-6, high=MAX_NOISE * 1e6)
+        store_floats(self, sigma=check_real("sigma", self.sigma, low=MIN_NOISE * 1e-6,
+                                            high=MAX_NOISE * 1e6))
         # sensitivity^2 and (sensitivity / sigma)^2 stay finite (the loss grid and the
         # end points square them)
-        check_real("sensitivity", self.sensitivity, low=0.0, low_open=True,
-                   high=MAX_SENSITIVITY)
+        store_floats(self, sensitivity=check_real("sensitivity", self.sensitivity, low=0.0,
+                                                  low_open=True, high=MAX_SENSITIVITY))
         check_real("sensitivity / sigma", self.sensitivity / self.sigma,
                    high=MAX_SENSITIVITY)
         if self.truncation is not None:
-            check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)
+            store_floats(self, truncation=check_real("truncation", self.truncation,
+                                                     low=self.sensitivity, low_open=True))
 
     def _norm(self):
         if self.truncation is None:
@@ -1599,10 +1615,12 @@ class Laplace(MechanismPair):
     mass_absolute_error = 4 * UNDERFLOW_FLOOR
 
     def __post_init__(self):
-        check_real("scale", self.scale, low=0.0, low_open=True)
-        check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
+        store_floats(self, scale=check_real("scale", self.scale, low=0.0, low_open=True),
+                     sensitivity=check_real("sensitivity", self.sensitivity, low=0.0,
+                                            low_open=True))
         if self.truncation is not None:
-            check_real("truncation", self.truncation, low=self.sensitivity, low_open=True)
+            store_floats(self, truncation=check_real("truncation", self.truncation,
+                                                     low=self.sensitivity, low_open=True))
         if not math.isfinite(self.sensitivity / self.scale):
             # (a subnormal scale: eps0 = inf made every mass NaN, an internal error)
             raise ValueError(f"scale must be > 0 with sensitivity / scale finite, got "

@@ -28,7 +28,7 @@ from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_count, check_noise_multiplier, check_real, check_sample_rate
 from .mechanisms import (DiscretePair, MechanismPair, SubsampledGaussian, endpoint_mass,
                          normal_interval_mass_and_error, normal_log_cdf_and_error,
-                         normal_x_interval_mass)
+                         normal_x_interval_mass, store_floats)
 
 #: 1 / sqrt(2 pi) (for a bound on phi, with 0.1% of room for its rounding)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -50,8 +50,10 @@ class SymmetricSubsampledGaussian(MechanismPair):
     swapped: bool = False
 
     def __post_init__(self):
-        check_noise_multiplier(self.noise_multiplier, allow_zero=False)
-        check_sample_rate(self.sample_rate, allow_zero=False)
+        store_floats(self,
+                     noise_multiplier=check_noise_multiplier(self.noise_multiplier,
+                                                             allow_zero=False),
+                     sample_rate=check_sample_rate(self.sample_rate, allow_zero=False))
 
     def _x_of_loss(self, t):
         """x with L(x) = t, in log space (no overflow for small s or large |t|)."""
@@ -401,8 +403,10 @@ class SymmetrisedSubsampledGaussian(MechanismPair):
     swapped: bool = False
 
     def __post_init__(self):
-        check_noise_multiplier(self.noise_multiplier, allow_zero=False)
-        check_sample_rate(self.sample_rate, allow_zero=False)
+        store_floats(self,
+                     noise_multiplier=check_noise_multiplier(self.noise_multiplier,
+                                                             allow_zero=False),
+                     sample_rate=check_sample_rate(self.sample_rate, allow_zero=False))
         if self.sample_rate == 1.0:
             raise ValueError("SymmetrisedSubsampledGaussian needs sample_rate < 1 (at 1 "
                              "the Gaussian pair is its own mirror)")

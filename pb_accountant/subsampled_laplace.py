@@ -21,7 +21,7 @@ import numpy as np
 from ._fp import UNIT_ROUNDOFF as _U
 from ._validation import check_real, check_sample_rate
 from .mechanisms import (UNDERFLOW_FLOOR, MechanismPair, _monotone_end_points,
-                         laplace_interval_mass,
+                         laplace_interval_mass, store_floats,
                          laplace_relative_error)
 
 __all__ = ["SubsampledLaplace"]
@@ -42,8 +42,10 @@ class SubsampledLaplace(MechanismPair):
     mass_absolute_error = 4 * UNDERFLOW_FLOOR
 
     def __post_init__(self):
-        check_real("noise_multiplier", self.noise_multiplier, low=1e-3, high=1e12)
-        check_sample_rate(self.sample_rate, allow_zero=False)
+        store_floats(self, noise_multiplier=check_real("noise_multiplier",
+                                                       self.noise_multiplier, low=1e-3,
+                                                       high=1e12),
+                     sample_rate=check_sample_rate(self.sample_rate, allow_zero=False))
 
     @property
     def mass_relative_error(self) -> float:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from pb_accountant import DiscretePair, Gaussian, compose, epsilon_bounds, tradeoff_bounds
-from pb_accountant.engine import ENGINE_LIMITS, PrivacyBuckets
+from pb_accountant.composition import canonical_history
+from pb_accountant.engine import ENGINE_LIMITS, PrivacyBuckets, history_loss_cap
 
 LIMIT_NOTE = "engine limit reached"
 
@@ -36,16 +37,28 @@ def _composed(case, delta=1e-5):
     return compose(sequence, delta=delta, **options, **extra)
 
 
-def _limited(notes):
-    return len(notes) == 1 and notes[0].startswith(LIMIT_NOTE)
+def _limited(notes, cap=math.inf):
+    """The limit's note alone, or with the pure-DP note where the history's losses are
+    bounded (``cap`` finite: the best bounds keep that bound at a limit)."""
+    extra = () if math.isinf(cap) else ("the upper bound is the history's largest total",)
+    return (len(notes) == 1 + len(extra) and notes[0].startswith(LIMIT_NOTE)
+            and all(n.startswith(e) for n, e in zip(notes[1:], extra)))
 
 
 @pytest.mark.parametrize("case", [COARSE_GRID, PAPER_PRODUCT], ids=["coarse", "paper"])
 def test_compose_answers_an_engine_limit_with_the_trivial_bounds(case):
     pb = _composed(case)
+    # PAPER_PRODUCT's pair has bounded losses (pure DP): the best bounds keep the
+    # history's largest total loss, 50 log(2^40 - 1), as the dp_accounting adapter does
+    cap = history_loss_cap(canonical_history(case[0]))
+    assert math.isinf(cap) == (case is COARSE_GRID)
     with pytest.warns(RuntimeWarning, match=LIMIT_NOTE):
         eb = pb.epsilon_bounds(1e-5)
-    assert (eb.lower, eb.upper) == (0.0, math.inf) and _limited(eb.notes)
+    assert (eb.lower, eb.upper) == (0.0, cap) and _limited(eb.notes, cap)
+    assert _quietly(pb.epsilon_bounds, 1e-5, method="split").upper == math.inf
+    if math.isfinite(cap):
+        above = _quietly(pb.delta_bounds, np.array([cap * 0.999, cap]))
+        assert above.upper.tolist() == [1.0, 0.0]
     db = _quietly(pb.delta_bounds, 1.0)
     assert (db.lower, db.upper) == (0.0, 1.0) and _limited(db.notes)
     dbs = _quietly(pb.delta_bounds, np.array([0.0, 1.0, 50.0]))
@@ -55,7 +68,8 @@ def test_compose_answers_an_engine_limit_with_the_trivial_bounds(case):
     assert _limited(curve.notes) and len(curve.epsilons) == 5
     for tb in (_quietly(pb.tradeoff_bounds), _quietly(tradeoff_bounds, pb, [0.01])):
         assert np.all(tb.tpr_upper == 1.0) and tb.mu_upper == math.inf and _limited(tb.notes)
-    assert _quietly(pb.epsilon_upper, 1e-5) == math.inf
+    assert _quietly(pb.epsilon_upper, 1e-5) == cap
+    assert _quietly(pb.epsilon_upper, 1e-5, method="split") == math.inf
     assert _quietly(pb.epsilon_lower, 1e-5) == 0.0
     assert _quietly(pb.delta_upper, 2.0).tolist() == [1.0]
     assert _quietly(pb.delta_lower, 2.0).tolist() == [0.0]
