@@ -209,3 +209,18 @@ def test_a_step_rate_above_one_names_batches_and_sample_rate():
     with pytest.warns(AccumulatedBatchesWarning):          # (rate 1: Poisson, warned)
         acc.step_accumulated(noise_multiplier=1.0, sample_rate=0.5, batches=2)
     assert acc.history == [(1.0, 1.0, 1)]
+
+
+def test_a_rate_read_as_k_batches_is_not_noted_as_a_mismatch_and_others_are():
+    """n 10, b 3 (len(loader) 4): steps at 2/4 are read as two batches each and certified,
+    so no note says the bound does not hold for them (one had: the rate-mismatch note on
+    every rate other than 1/len(loader)); a rate 0.45 beside them names no loader and is
+    still noted."""
+    a = dict(dataset_size=10, batch_size=3)
+    read = sampled_pairs([(1.0, 0.5, 8)], "shuffle", "replace_one", **a)
+    assert any("accumulated per step" in n for n in read.notes)
+    assert not any("does not hold" in n or "differs from" in n for n in read.notes)
+    mixed = sampled_pairs([(1.0, 0.5, 8), (1.0, 0.45, 2)], "shuffle", "replace_one", **a)
+    odd = [n for n in mixed.notes if "differs from" in n]
+    assert len(odd) == 1 and "0.45" in odd[0] and "0.5," not in odd[0]
+    assert "does not hold" in odd[0]
