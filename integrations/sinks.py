@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Optional
 
@@ -254,21 +255,61 @@ class _FileSink(Sink):
 class CSVSink(_FileSink):
     """One CSV row per record; the header is written with the first row of an empty file.
 
-    ``append=False`` starts the file afresh (truncates it) instead of appending.
+    ``append=False`` starts the file afresh (truncates it) instead of appending.  A file
+    appended to keeps its own header: one written by an earlier version, with fewer
+    columns, gets rows of its columns only (a warning names the columns left out); a
+    header that is not this library's is refused (ValueError) before anything is
+    written.
     """
 
     def __init__(self, path, fsync: bool = False, append: bool = True):
+        header = _existing_header(path) if check_flag("append", append) else None
+        if header is not None and not set(header) <= set(FIELDS):
+            raise ValueError(
+                f"path {os.fspath(path)!r} holds a CSV whose header {header!r} is not a "
+                f"budget log's (columns {FIELDS!r}): appending would mix two tables; pass "
+                "append=False or another path")
         super().__init__(path, fsync, append)
+        self._fields = FIELDS if header is None else header
+        if header is not None and header != FIELDS:
+            # (rows of the full header had been written under the old one: the new
+            # columns' values lay under no name, or under another column's)
+            warnings.warn(f"{self.path!r} has the header of an earlier version: its rows "
+                          f"are written without the columns "
+                          f"{[f for f in FIELDS if f not in header]!r}", RuntimeWarning,
+                          stacklevel=2)
 
     def write(self, record: BudgetRecord) -> None:
         row = {k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
                for k, v in record.as_dict().items()}
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
+        if self._size() == 0:
+            self._fields = FIELDS          # (a file emptied since: a header of its own)
+        writer = csv.DictWriter(buffer, fieldnames=self._fields, lineterminator="\n",
+                                extrasaction="ignore")
         if self._size() == 0:
             writer.writeheader()
         writer.writerow(row)
         self._write_line(buffer.getvalue())         # header (if new) and row: one write
+
+
+def _existing_header(path) -> Optional[list]:
+    """The header row of the regular CSV file at ``path``, None where there is none (no
+    file, an empty one, one that cannot be read, or not a regular file: /dev/full reads
+    zeros without end).  At most _HEADER_BYTES are read."""
+    try:
+        if not os.path.isfile(os.fspath(path)):
+            return None
+        with open(os.fspath(path), "rb") as fh:
+            line = fh.readline(_HEADER_BYTES).decode("utf-8")
+        first = next(csv.reader([line]), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return first or None
+
+
+#: the most of a CSV file's first line read for its header
+_HEADER_BYTES = 1 << 16
 
 
 class JSONLinesSink(_FileSink):

@@ -203,3 +203,41 @@ def test_appending_after_a_cut_line_starts_a_new_line(tmp_path, sink_cls):
     with sink_cls(path) as sink:                          # a whole file: no blank line
         sink.write(tracker.records[-1])
     assert b"\n\n" not in path.read_bytes()
+
+
+def test_a_csv_appended_to_keeps_its_own_header(tmp_path):
+    """Rows appended to a budget log of an earlier version (fewer columns) had carried
+    every current column under the old header: the extra values lay under no name.  They
+    now carry the file's columns only, with a warning naming those left out; a CSV that
+    is not a budget log is refused before anything is written; a log of this version
+    appends as before."""
+    import csv
+    from pb_accountant.integrations.sinks import FIELDS, BudgetRecord
+    record = BudgetRecord(step=3, epoch=1, delta=1e-5, eps_lower=0.5, eps_upper=0.6,
+                          noise_multiplier=1.0, sample_rate=0.01, event="step",
+                          loader_sampler="poisson")
+    old = tmp_path / "old.csv"
+    old.write_text(",".join(FIELDS[:9]) + "\n" + ",".join(["1"] * 9) + "\n")
+    with pytest.warns(RuntimeWarning, match="loader_sampler"):
+        sink = CSVSink(old)
+    sink.write(record)
+    sink.close()
+    rows = list(csv.reader(old.open()))
+    assert rows[0] == FIELDS[:9] and all(len(r) == 9 for r in rows) and rows[2][0] == "3"
+
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a budget log"):
+        CSVSink(other)
+    assert other.read_text() == "a,b\n1,2\n"
+    CSVSink(other, append=False).close()           # starting afresh is fine
+
+    same = tmp_path / "same.csv"
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sink = CSVSink(same)
+        sink.write(record)
+        sink.close()
+    rows = list(csv.reader(same.open()))
+    assert rows[0] == FIELDS and len(rows) == 3 and all(len(r) == len(FIELDS) for r in rows)
