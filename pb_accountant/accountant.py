@@ -457,6 +457,15 @@ class PrivacyBucketsAccountant:
             return EpsilonBounds(delta, 0.0, math.inf, "none", None, (reason,) + sp.notes, **tag)
 
     def _delta_bounds(self, epsilon, history, a: Assumptions) -> DeltaBounds:
+        if np.ndim(epsilon) > 1:
+            # the engine answers one epsilon or a flat array: a multi-dimensional array's
+            # entries are answered flat (each entry is bitwise its scalar query anyway)
+            # and the result takes the array's shape
+            shape = np.shape(epsilon)
+            flat = self._delta_bounds(np.ravel(epsilon), history, a)
+            return dataclasses.replace(
+                flat, epsilon=np.reshape(flat.epsilon, shape),
+                lower=np.reshape(flat.lower, shape), upper=np.reshape(flat.upper, shape))
         sp = self._sampled(history, a)                           # user errors raise
         tag = {"sampler": a.sampler, "neighbouring": a.neighbouring}
         try:

@@ -68,3 +68,32 @@ def test_a_default_privacy_curve_reaches_delta_1e_10():
     assert curve.epsilons[0] == 0.0 and len(curve.epsilons) == 20
     assert curve.delta_upper[-1] <= 1e-10 < curve.delta_upper[-2]
     assert np.all(np.diff(curve.delta_upper) <= 0.0)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"neighbouring": "replace_one"},
+                                    {"sampler": "fixed_size", "dataset_size": 10,
+                                     "batch_size": 10}])
+def test_a_two_dimensional_epsilon_array_keeps_its_shape(kwargs):
+    """A 2-D epsilon array is answered entry by entry in its own shape (the accountant
+    used to raise TypeError 'only 0-dimensional arrays can be converted to Python
+    scalars' where compose()'s delta_bounds took it); every entry is bitwise its scalar
+    query and brackets the exact Gaussian delta (q 1: mu = sqrt(T) * shift / sigma)."""
+    from _closed_form import gaussian_delta
+    sigma, steps = 2.0, 50
+    acc = PrivacyBucketsAccountant(**kwargs)
+    acc.history = [(sigma, 1.0, steps)]
+    shift = 1.0 if not kwargs else 2.0        # replace_one and fixed_size move the sum by 2
+    mu = np.sqrt(steps) * shift / sigma
+    eps = np.array([[0.0, 1.0, 3.0], [7.0, 20.0, 40.0]])
+    together = acc.get_delta_bounds(eps)
+    assert np.shape(together.epsilon) == np.shape(together.lower) == eps.shape
+    assert np.shape(together.upper) == eps.shape
+    curve = acc.get_privacy_curve(eps)
+    for i in range(2):
+        for j in range(3):
+            alone = acc.get_delta_bounds(float(eps[i, j]))
+            assert _bits(together.upper[i, j]) == _bits(alone.upper)
+            assert _bits(together.lower[i, j]) == _bits(alone.lower)
+            assert _bits(curve.delta_upper[i, j]) == _bits(alone.upper)
+            exact = gaussian_delta(eps[i, j], mu)
+            assert together.lower[i, j] <= exact <= together.upper[i, j]
