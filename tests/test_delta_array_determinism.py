@@ -97,3 +97,38 @@ def test_a_two_dimensional_epsilon_array_keeps_its_shape(kwargs):
             assert _bits(curve.delta_upper[i, j]) == _bits(alone.upper)
             exact = gaussian_delta(eps[i, j], mu)
             assert together.lower[i, j] <= exact <= together.upper[i, j]
+
+
+def test_a_wide_delta_bracket_is_computed_again_on_finer_grids():
+    """sigma 1, q 1e-3, 600,000 steps: a delta query starts on grids two halvings
+    coarser (large leaves) and had answered [9.355e-7, 1.105e-6] at epsilon 5, 15% wide,
+    where its own epsilon query at delta 1e-6 certifies delta(5) <= 1e-6.  A bracket
+    with a positive lower bound wider than DELTA_TARGET_WIDTH is computed once more on
+    the level its width predicts: about 1% wide now, inside the first bracket, on the
+    right side of 1e-6, between dp_accounting's optimistic and pessimistic PLD, and an
+    array entry (beside a narrow one and one of a smaller class) bitwise its scalar
+    query."""
+    pld_lib = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    from pb_accountant.engine import DELTA_TARGET_WIDTH
+    history = [(1.0, 1e-3, 600_000)]
+    acc = PrivacyBucketsAccountant()
+    acc.history = list(history)
+    b = acc.get_delta_bounds(5.0)
+    assert 9.35e-7 <= b.lower <= b.upper <= 1.105e-6
+    assert (b.upper - b.lower) / b.upper <= 1.1 * DELTA_TARGET_WIDTH
+    eps = acc.get_epsilon_bounds(1e-6)
+    assert eps.upper < 5.0 and b.lower <= 1e-6           # delta(5) <= delta(eps.upper)
+    plds = [pld_lib.from_gaussian_mechanism(1.0, sampling_prob=1e-3,
+                                            value_discretization_interval=1e-3,
+                                            pessimistic_estimate=p).self_compose(600_000)
+            for p in (False, True)]
+    optimistic, pessimistic = (p.get_delta_for_epsilon(5.0) for p in plds)
+    assert b.lower <= pessimistic and optimistic <= b.upper
+    values = [5.0, 2.0, 12.0]
+    together = acc.get_delta_bounds(np.array(values))
+    for i, e in enumerate(values):
+        fresh = PrivacyBucketsAccountant()
+        fresh.history = list(history)
+        alone = fresh.get_delta_bounds(e)
+        assert _bits(together.upper[i]) == _bits(alone.upper), e
+        assert _bits(together.lower[i]) == _bits(alone.lower), e
