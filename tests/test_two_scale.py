@@ -282,7 +282,9 @@ def test_a_far_reaching_rest_brackets_pld_and_coarsens():
 
 def test_delta_bounds_bracket_pld_in_the_corner():
     """Delta queries gain most: at sigma 0.6, q 3e-5, 40,000 steps the one-grid bracket
-    is 43% wide at epsilon 0.1 (two-scale: 1.1%)."""
+    on the first grids is 43% wide at epsilon 0.1 (two-scale: 1.1%).  Both are computed
+    again on finer grids where wider than 1% (``engine.DELTA_TARGET_WIDTH``): two-scale
+    0.24% in 0.9 s, one grid 0.88% in 3.2 s."""
     sigma, q, steps = 0.6, 3e-5, 40_000
     eps = np.array([0.1, 0.2, 0.4])
     d, d_off = [], []
@@ -301,7 +303,7 @@ def test_delta_bounds_bracket_pld_in_the_corner():
     hi, lo = curves
     assert np.all(d.lower <= hi) and np.all(lo <= d.upper)
     width, width_off = (x.upper - x.lower for x in (d, d_off))
-    assert np.all(width <= 0.02 * d.upper) and np.all(width <= width_off / 10)
+    assert np.all(width <= 0.005 * d.upper) and np.all(width <= width_off / 2)
 
 
 def test_determinism_incremental_fresh_and_restored():
