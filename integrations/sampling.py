@@ -329,7 +329,8 @@ def sibling_accountant(accountant: Any, sampling: LoaderSampling) -> Tuple[Any, 
     if sampling.dataset_size is None or sampling.batch_size is None:
         return None, "the loader's dataset size or batch size is unknown"
     options = _options(accountant)
-    if options is None or not hasattr(accountant, "get_epsilon_bounds"):
+    if options is None or not all(hasattr(accountant, name) for name in
+                                  ("get_epsilon_bounds", "epsilon_bounds_of")):
         return None, f"{type(accountant).__name__} cannot be configured for another sampler"
     target = "shuffle" if sampling.sampler == "sequential" else sampling.sampler
     relation = accountant_assumptions(accountant)["neighbouring"]

@@ -26,7 +26,6 @@ the tracker's counters and the accountant's history through a checkpoint
 """
 from __future__ import annotations
 
-import copy
 import math
 import time
 import warnings
@@ -169,8 +168,10 @@ class BudgetTracker:
         sibling = check.sibling
         relation = accountant_assumptions(sibling)["neighbouring"]
         try:
-            bounds = _bounds_at(sibling, list(getattr(self.accountant, "history", []) or []),
-                                self.delta)
+            # (a what-if query: the shared sibling keeps its history, so a record made
+            # from another thread cannot carry this record's bracket, nor this one its)
+            bounds = sibling.epsilon_bounds_of(
+                list(getattr(self.accountant, "history", []) or []), self.delta)
         except Exception as exc:
             if not in_loop:
                 raise
@@ -362,15 +363,3 @@ class BudgetTracker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _bounds_at(sibling: Any, history: list, delta: float) -> EpsilonBounds:
-    """The loader sampler's bounds for ``history``, without assigning it to the shared
-    ``sibling``: records made from several threads (a monitoring thread's ``record()``
-    during training) had assigned their histories in turn, so that one record could
-    carry the bracket of another's, staler history (below its own upper bound)."""
-    of = getattr(sibling, "epsilon_bounds_of", None)
-    if of is not None:                     # a PrivacyBucketsAccountant: a what-if query
-        return of(history, delta)
-    trial = copy.deepcopy(sibling)
-    trial.history = history
-    return trial.get_epsilon_bounds(delta)

@@ -6,6 +6,8 @@ bitwise the scalar query's, whatever other epsilons are asked with it.
 sigma 1, q 0.01, 200 steps and sigma 1.5, q 0.02, 30 steps, get_delta_bounds(0.5)
 gave upper 0x1.634ab2cf621f3p-10 alone and 0x1.634ab2cf5a633p-10 beside 4.0.)
 """
+import math
+
 import numpy as np
 import pytest
 
@@ -132,3 +134,33 @@ def test_a_wide_delta_bracket_is_computed_again_on_finer_grids():
         alone = fresh.get_delta_bounds(e)
         assert _bits(together.upper[i]) == _bits(alone.upper), e
         assert _bits(together.lower[i]) == _bits(alone.lower), e
+
+
+@pytest.mark.parametrize("steps,sigma", [(30, 1.0), (300, 4.0), (20_000, 30.0)])
+def test_refined_delta_brackets_hold_the_exact_gaussian_delta(monkeypatch, steps, sigma):
+    """The refinement pass returns certified bounds: with DELTA_TARGET_WIDTH made tiny,
+    every bracket with a positive lower bound is computed again on finer grids (q = 1
+    histories start on the default grids), and the refined brackets still hold the
+    exact Gaussian delta (mu = sqrt(T) / sigma, 60 digits), each no wider than the first
+    grids' and bitwise its scalar query inside an array."""
+    from _closed_form import gaussian_delta
+    import pb_accountant.engine as engine
+    mu = math.sqrt(steps) / sigma
+    eps = np.array([0.25, 1.0, 2.5]) * mu * mu / 2 + np.array([0.0, 0.5, 1.0]) * mu
+    first = _at(sigma, steps).get_delta_bounds(eps)
+    monkeypatch.setattr(engine, "DELTA_TARGET_WIDTH", 1e-9)
+    refined = _at(sigma, steps).get_delta_bounds(eps)
+    for i, e in enumerate(eps):
+        exact = float(gaussian_delta(e, mu))
+        assert refined.lower[i] <= exact <= refined.upper[i], (e, exact)
+        assert refined.upper[i] - refined.lower[i] <= first.upper[i] - first.lower[i]
+        alone = _at(sigma, steps).get_delta_bounds(float(e))
+        assert _bits(alone.upper) == _bits(refined.upper[i])
+        assert _bits(alone.lower) == _bits(refined.lower[i])
+    assert np.any(refined.upper - refined.lower < first.upper - first.lower)
+
+
+def _at(sigma, steps):
+    acc = PrivacyBucketsAccountant()
+    acc.history = [(sigma, 1.0, steps)]
+    return acc
